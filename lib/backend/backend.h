@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: MIT
+// The Backend interface: coarse primitive operations on device buffers, shared
+// by the CPU (oneDNN) and CUDA (cuDNN/cuBLAS) implementations. Public methods
+// validate shapes and dtypes once (backend.cpp) and call a private *_impl, so the
+// implementations never repeat validation and cannot drift on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace mpx {
+
+class Backend;
+
+/// @brief Owning handle of one device allocation (host memory on the CPU backend).
+/// Allocated once when the model is planned, never inside the step loop.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* backend, void* ptr, size_t bytes) : backend_(backend), ptr_(ptr), bytes_(bytes) {}
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept;
+  Buffer& operator=(Buffer&& o) noexcept;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  /// A tensor view of the start of the buffer.
+  Tensor view(DType t, Shape s) const;
+
+ private:
+  void reset();
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+enum class Activation : uint8_t { None, Relu };
+
+/// Convolution geometry. x: [N, H, W, C]; w: [K, R, S, C] (cuDNN's NHWC filter
+/// layout, "KRSC"); y: [N, P, Q, K]. Padding may be asymmetric (Keras "same"
+/// with an even kernel pads more at the bottom/right).
+struct Conv2dParams {
+  int R = 1, S = 1;            // filter height, width
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int out_h(int H) const { return (H + pad_top + pad_bottom - R) / stride_h + 1; }
+  int out_w(int W) const { return (W + pad_left + pad_right - S) / stride_w + 1; }
+};
+
+enum class PoolKind : uint8_t { Max, Avg };
+
+/// Pooling geometry, NHWC. Avg pooling excludes padding from the divisor (Keras).
+struct PoolParams {
+  PoolKind kind = PoolKind::Max;
+  int R = 2, S = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  int out_h(int H) const { return (H + pad_top + pad_bottom - R) / stride_h + 1; }
+  int out_w(int W) const { return (W + pad_left + pad_right - S) / stride_w + 1; }
+};
+
+/// Hyper-parameters of one fused optimizer pass over a flat arena.
+struct OptimizerStep {
+  enum class Kind : uint8_t { Sgd, Adam, AdamW } kind = Kind::Adam;
+  float lr = 1e-3f;
+  float momentum = 0.0f;  // SGD
+  bool nesterov = false;  // SGD
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;  // Adam/AdamW (Keras epsilon)
+  /// SGD/Adam: L2 added to the gradient (g += wd * w); AdamW: decoupled (w -= lr * wd * w).
+  float weight_decay = 0.0f;
+  /// Number of this update counting applied updates only (1 for the first); Adam bias correction.
+  int64_t t = 1;
+};
+
+/// Statistics of one tensor, for check_numerics and `mpx inspect`.
+struct TensorStats {
+  double min = 0, max = 0, mean_abs = 0;  // over finite values
+  int64_t n_inf = 0, n_nan = 0, n_zero = 0, count = 0;
+  bool all_finite() const { return n_inf == 0 && n_nan == 0; }
+};
+
+struct MemoryStats {
+  size_t current_bytes = 0;  // our own accounting: live Buffers
+  size_t peak_bytes = 0;
+  size_t device_total_bytes = 0;  // 0 where unknown (CPU)
+  size_t device_free_bytes = 0;
+};
+
+struct DeviceInfo {
+  std::string name;         // "cpu" / "cuda:0"
+  std::string description;  // "AMD EPYC (2 threads, avx2 f16c)" / "NVIDIA H200, cc 9.0, 141 GiB"
+  bool native_bf16 = false;     // bf16 math faster than f32 (AMX-BF16 CPU, cc >= 8.0 GPU)
+  bool native_f16 = false;      // f16 math faster than f32 (Tensor Cores, cc >= 7.0)
+  int compute_capability = 0;   // GPUs: 10*major+minor; 0 on the CPU
+};
+
+/// Operation groups for supports() (ggml's supports_op): callers and tests ask before dispatching.
+enum class Op : uint8_t {
+  Cast, NormalizeInput, Conv2d, Dense, BiasAdd, Activation, Pool, GlobalAvgPool,
+  BatchNorm, SoftmaxCrossEntropy, Dropout, Add, UnscaleAndCheck, OptimizerStep, Stats,
+};
+
+/**
+ * @brief Primitive operations on device tensors, NHWC.
+ *
+ * Conventions for every op:
+ *  - Tensors are views into Buffers of this backend; outputs are overwritten
+ *    (never accumulated into) unless the method says otherwise.
+ *  - "Compute dtype" tensors are float32, float16 or bfloat16; 16-bit outputs
+ *    are rounded to nearest-even from a float32 accumulator (Tensor Core math).
+ *  - The first dimension of activations is the batch; a partial last batch
+ *    simply passes smaller N (implementations cache their plans by shape).
+ */
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- device --------------------------------------------------------------
+  virtual DeviceInfo info() const = 0;
+  virtual bool supports(Op op, DType t) const = 0;
+  /// Waits for all queued work (no-op on the CPU).
+  virtual void synchronize() = 0;
+  MemoryStats memory_stats() const { return mem_; }
+
+  // ---- memory --------------------------------------------------------------
+  /// Allocates `bytes` (64-byte aligned). `what` names the allocation in the
+  /// out-of-memory error (OutOfMemoryError, exit 5).
+  Buffer alloc(size_t bytes, const char* what);
+  void upload(const Tensor& dst, const void* host_src);
+  void download(void* host_dst, const Tensor& src);
+  /// Sets every element to `value` (converted to dst.dtype with rounding).
+  void fill(const Tensor& dst, float value);
+  /// Byte copy between equal-shape, equal-dtype tensors.
+  void copy(const Tensor& dst, const Tensor& src);
+
+  // ---- casts and input -----------------------------------------------------
+  /// dst = round_to_nearest_even(src) for any pair of float dtypes of equal numel.
+  void cast(const Tensor& src, const Tensor& dst);
+  /// x: uint8 [N, H, W, C]; y[n,h,w,c] = (x/255 - mean[c]) / std[c], stored in y.dtype.
+  /// mean/std: float32 [C] device tensors.
+  void normalize_input(const Tensor& x_u8, const Tensor& mean, const Tensor& std, const Tensor& y);
+
+  // ---- convolution (x: [N,H,W,C], w: [K,R,S,C], y: [N,P,Q,K]) --------------
+  /// y = act(conv(x, w) + bias). x, w, y share one compute dtype; bias [K] is
+  /// float32 or that dtype, or empty.
+  void conv2d_forward(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& y, Activation act);
+  /// dx = conv_transpose(dy, w).
+  void conv2d_backward_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
+  /// dw = sum over N,P,Q of x patch * dy; db = sum of dy over N,P,Q (db may be empty).
+  /// dw/db dtype: float32 or the compute dtype of x/dy.
+  void conv2d_backward_filter(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                              const Tensor& db);
+
+  // ---- dense (x: [N, Cin], w: [Cout, Cin], y: [N, Cout]) --------------------
+  void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act);
+  /// dx = dy * w.
+  void dense_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
+  /// dw = dy^T * x; db = column sums of dy (db may be empty). Same dtype rule as conv.
+  void dense_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db);
+
+  // ---- elementwise ---------------------------------------------------------
+  /// y = act(x); x and y may alias.
+  void activation_forward(Activation act, const Tensor& x, const Tensor& y);
+  /// dx = dy * act'(.) computed from the forward OUTPUT y (relu: y > 0). dx may alias dy.
+  void activation_backward(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  /// y = a + b (all one dtype and shape; y may alias a or b).
+  void add(const Tensor& a, const Tensor& b, const Tensor& y);
+
+  // ---- pooling -------------------------------------------------------------
+  void pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
+  /// Max pooling routes dy to the first maximum of each window (recomputed from x, y).
+  void pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  /// x: [N,H,W,C] -> y: [N,C] (mean over H, W).
+  void global_avg_pool_forward(const Tensor& x, const Tensor& y);
+  void global_avg_pool_backward(const Tensor& dy, const Tensor& dx);
+
+  // ---- batch normalization (statistics and parameters always float32) -----
+  /// Training: normalizes with batch statistics over N,H,W (x: [N,H,W,C] or [N,C]);
+  /// writes saved_mean/saved_invstd [C] for the backward pass and updates
+  /// running_mean/var in place (Keras: running = momentum*running + (1-momentum)*batch,
+  /// with the biased batch variance both for normalizing and for the moving variance).
+  void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
+                                   float epsilon, const Tensor& running_mean, const Tensor& running_var,
+                                   const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& y);
+  void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& running_mean, const Tensor& running_var, float epsilon,
+                                    const Tensor& y);
+  /// dgamma, dbeta: float32 [C] (overwritten).
+  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                           const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
+                           const Tensor& dbeta);
+
+  // ---- loss ----------------------------------------------------------------
+  /// Softmax cross-entropy from float32 logits [N, K] and int32 labels [N].
+  /// loss_sum_out: float32 [1], the SUM over the batch of -log p[label] (not scaled).
+  /// correct_out: float32 [1], the number of rows whose argmax equals the label.
+  /// dlogits (may be empty): float32 [N, K] = grad_scale * (softmax - onehot) / N,
+  /// i.e. the gradient of loss_scale * mean loss when grad_scale = loss_scale.
+  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                             const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+
+  // ---- dropout -------------------------------------------------------------
+  /// Inverted dropout: keep with probability 1-rate, scale kept values by 1/(1-rate).
+  /// mask: uint8, same numel (1 = kept). Element i is dropped iff
+  /// hash_uniform(seed, offset + i) < rate (core/rng.h), identical on every backend.
+  void dropout_forward(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
+                       const Tensor& y);
+  void dropout_backward(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx);
+
+  // ---- fused mixed-precision passes over flat float32 arenas ----------------
+  /// grads *= inv_scale in place, in one pass that also tests every value.
+  /// Returns true when every value is finite.
+  bool unscale_and_check(const Tensor& grads, float inv_scale);
+  /// One optimizer update of the whole arena: master (f32), grads (f32, already
+  /// unscaled), state1/state2 (f32; momentum or Adam m/v; state2 unused by SGD and
+  /// may be empty). When compute_copy is not empty (float16/bfloat16, same numel)
+  /// it receives the rounded new weights in the same pass.
+  void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
+                      const Tensor& state2, const Tensor& compute_copy);
+
+  // ---- reductions ----------------------------------------------------------
+  /// min/max/mean|x|/inf/nan/zero counts of any float tensor (synchronous).
+  TensorStats stats(const Tensor& x);
+
+ protected:
+  /// Accounting hook for implementations' allocations.
+  void note_alloc(size_t bytes);
+  void note_free(size_t bytes);
+
+ private:
+  friend class Buffer;
+  virtual void* alloc_impl(size_t bytes) = 0;  // nullptr on failure
+  virtual void free_impl(void* p) = 0;
+  virtual void upload_impl(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download_impl(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_impl(const Tensor& dst, float value) = 0;
+  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
+  virtual void cast_impl(const Tensor& src, const Tensor& dst) = 0;
+  virtual void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) = 0;
+  virtual void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                   const Tensor& y, Activation act) = 0;
+  virtual void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                         const Tensor& dx) = 0;
+  virtual void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                           const Tensor& dw, const Tensor& db) = 0;
+  virtual void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                                  Activation act) = 0;
+  virtual void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
+  virtual void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                           const Tensor& db) = 0;
+  virtual void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) = 0;
+  virtual void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+  virtual void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) = 0;
+  virtual void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                  const Tensor& dx) = 0;
+  virtual void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) = 0;
+  virtual void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) = 0;
+  virtual void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                float momentum, float epsilon, const Tensor& running_mean,
+                                                const Tensor& running_var, const Tensor& saved_mean,
+                                                const Tensor& saved_invstd, const Tensor& y) = 0;
+  virtual void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                 const Tensor& running_mean, const Tensor& running_var,
+                                                 float epsilon, const Tensor& y) = 0;
+  virtual void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                        const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
+                                        const Tensor& dgamma, const Tensor& dbeta) = 0;
+  virtual void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                          const Tensor& loss_sum_out, const Tensor& correct_out,
+                                          const Tensor& dlogits) = 0;
+  virtual void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
+                                    const Tensor& mask, const Tensor& y) = 0;
+  virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) = 0;
+  virtual bool unscale_and_check_impl(const Tensor& grads, float inv_scale) = 0;
+  virtual void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                   const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) = 0;
+  virtual TensorStats stats_impl(const Tensor& x) = 0;
+
+  MemoryStats mem_;
+};
+
+/// @brief Creates a backend from a device string: "cpu", "cuda", "cuda:N".
+/// ("auto" is resolved by the caller with cuda_device_count().) Throws ConfigError
+/// for an unknown name and Error("mpx was built without CUDA") where applicable.
+std::unique_ptr<Backend> create_backend(const std::string& device);
+
+/// Number of usable CUDA devices; 0 without CUDA support or without a GPU.
+int cuda_device_count();
+/// Descriptions of every CUDA device (empty without CUDA or GPU).
+std::vector<DeviceInfo> cuda_devices();
+
+}  // namespace mpx

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+// The validated configuration of one run (the YAML schema of DESIGN.md), with
+// every default filled in. Loading checks types, ranges and unknown keys and
+// throws ConfigError naming the file, key path, line and column.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mpx {
+
+enum class Policy { Float32, MixedFloat16, MixedBFloat16, Auto };
+const char* policy_name(Policy p);  // "float32", "mixed_float16", "mixed_bfloat16", "auto"
+
+enum class LossScaleMode { Dynamic, Fixed, None };
+const char* loss_scale_mode_name(LossScaleMode m);
+
+struct LossScaleConfig {
+  /// Unset in the YAML: dynamic for mixed_float16, none otherwise (resolved by
+  /// the trainer once the policy is resolved; `mode_explicit` says whether the user set it).
+  LossScaleMode mode = LossScaleMode::None;
+  bool mode_explicit = false;
+  double initial = 32768.0;
+  int64_t growth_interval = 2000;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  double min_scale = 1.0;
+  int64_t max_consecutive_skips = 50;
+};
+
+struct AugmentConfig {
+  int random_crop_padding = 0;
+  bool horizontal_flip = false;
+};
+
+struct DataConfig {
+  std::string dataset;  // mnist | fashion_mnist | cifar10 | synthetic
+  std::string path;     // default: data/<dataset>
+  int64_t batch_size = 128;
+  int64_t train_limit = 0;  // 0 = all
+  int64_t test_limit = 0;
+  bool drop_last = false;
+  bool shuffle = true;
+  /// Per-channel; empty = the dataset's standard statistics.
+  std::vector<double> mean, std;
+  AugmentConfig augment;
+  /// synthetic only: records per split and classes.
+  int64_t synthetic_train = 1024, synthetic_test = 256;
+};
+
+/// One layer of `model.layers`. Fields that do not apply to the type keep their defaults.
+struct LayerConfig {
+  std::string type;  // conv2d dense activation max_pool avg_pool global_avg_pool flatten dropout batch_norm residual
+  std::string name;  // default: <type>_<index> (Keras-style, unique)
+  std::string dtype;  // "" = model policy; else float32 | mixed_float16 | mixed_bfloat16 (float16/bfloat16 accepted)
+  // conv2d / dense
+  int64_t filters = 0;  // conv2d
+  int64_t units = 0;    // dense
+  int kernel_h = 3, kernel_w = 3;
+  int stride_h = 1, stride_w = 1;
+  std::string padding = "valid";  // same | valid (conv2d, pools)
+  bool use_bias = true;
+  std::string activation = "linear";  // linear | relu | softmax
+  // pools
+  int pool_h = 2, pool_w = 2;
+  int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size
+  // dropout
+  double rate = 0.5;
+  // batch_norm
+  double momentum = 0.99, epsilon = 1e-3;
+  // residual
+  std::vector<LayerConfig> layers;
+  /// Position in the YAML for error messages ("model.layers[3]", line, column).
+  std::string key_path;
+  int line = 0, column = 0;
+};
+
+struct ModelConfig {
+  std::vector<int64_t> input_shape;  // H, W, C; empty = from the dataset
+  std::vector<LayerConfig> layers;
+};
+
+struct OptimizerConfig {
+  std::string name = "adam";  // sgd | adam | adamw
+  double learning_rate = 1e-3;
+  bool scale_lr_by_batch = false;
+  double momentum = 0.0;  // sgd
+  bool nesterov = false;  // sgd
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;
+  double weight_decay = 0.0;
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | step | cosine | reduce_on_plateau
+  double warmup_epochs = 0;
+  // step
+  int64_t step_epochs = 10;   // multiply by gamma every step_epochs
+  double gamma = 0.1;
+  // cosine
+  double min_lr = 0.0;
+  // reduce_on_plateau (Keras ReduceLROnPlateau on the test loss)
+  double factor = 0.1;
+  int64_t patience = 10;
+  double min_delta = 1e-4;
+  int64_t cooldown = 0;
+};
+
+struct TrainConfig {
+  int64_t epochs = 1;
+  int64_t log_every = 50;
+  int64_t eval_every = 1;
+  std::string eval_policy = "same";  // same | float32
+  int64_t checkpoint_every = 1;
+  int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
+};
+
+struct DebugConfig {
+  bool check_numerics = false;
+};
+
+struct Config {
+  std::string name = "run";
+  uint64_t seed = 42;
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  Policy policy = Policy::Float32;
+  LossScaleConfig loss_scale;
+  DataConfig data;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  DebugConfig debug;
+  /// Where it was loaded from ("" for strings), for messages.
+  std::string source;
+};
+
+/// @brief Loads and validates a YAML config file, applying `overrides`
+/// ("key.path=value", as from --set) before validation. Throws ConfigError.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// @brief The same from YAML text; `source` names it in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+/// @brief The resolved config as YAML: every key, defaults filled in. Loading the
+/// result gives back an equal Config.
+std::string to_yaml(const Config& c);
+
+}  // namespace mpx

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// The network built from Config: layers with their compute/variable dtypes
+// (policy + per-layer overrides), the flat parameter arenas (float32 master,
+// float32 gradients, one 16-bit compute copy, float32 non-trainable state),
+// activation memory planned once for the maximum batch, forward and backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/tensor.h"
+
+namespace mpx {
+
+class Layer;
+
+/// One row of the model summary (Keras model.summary()).
+struct LayerInfo {
+  std::string name;
+  std::string type;
+  Shape output_shape;   // per sample: [H, W, C] or [C]
+  int64_t params = 0;   // trainable + non-trainable
+  DType compute_dtype = DType::F32;
+  DType variable_dtype = DType::F32;
+  int depth = 0;        // nesting inside residual blocks
+};
+
+/// One parameter tensor inside an arena (names as Keras: kernel, bias, gamma,
+/// beta, moving_mean, moving_variance). Trainable ones live in master/grads,
+/// the others in state().
+struct ParamInfo {
+  std::string layer;
+  std::string name;
+  Shape shape;          // conv kernel [K, R, S, C]; dense kernel [Cout, Cin]
+  int64_t offset = 0;   // elements from the start of its arena
+  bool trainable = true;
+};
+
+/// Bytes the model keeps for one batch of the planned size.
+struct MemoryReport {
+  size_t activation_bytes = 0;    // kept for the backward pass (outputs, masks, BN stats)
+  size_t workspace_bytes = 0;     // gradients of activations and other scratch
+  size_t master_bytes = 0;        // float32 master weights
+  size_t grad_bytes = 0;          // float32 gradient arena
+  size_t compute_copy_bytes = 0;  // 16-bit compute copy (0 under float32)
+  size_t state_bytes = 0;         // batch-norm moving statistics
+};
+
+class Model {
+ public:
+  /**
+   * @brief Builds the network of cfg.model under `policy` (already resolved,
+   * never Policy::Auto), for inputs of shape [H, W, C] and up to `max_batch`
+   * records per step, and plans all of its memory on `backend`.
+   * Throws ConfigError for shape errors (naming the layer) and for a last
+   * layer whose width differs from num_classes.
+   */
+  Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, int C, int num_classes,
+        int64_t max_batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // ---- parameters ----------------------------------------------------------
+  int64_t num_params() const;          // trainable (length of master/grads)
+  int64_t num_state() const;           // non-trainable (length of state)
+  Tensor master() const;               // float32 [num_params]
+  Tensor grads() const;                // float32 [num_params]
+  Tensor compute_copy() const;         // 16-bit [num_params], or empty when no layer computes in 16 bits
+  Tensor state() const;                // float32 [num_state], or empty
+  const std::vector<ParamInfo>& params() const;
+  /// Keras default initialization: Glorot-uniform kernels, zero biases, BN
+  /// gamma 1 / beta 0 / moving mean 0 / moving variance 1; then refreshes the compute copy.
+  void init_params(uint64_t seed);
+  /// Casts master -> compute copy (after init or after loading weights).
+  void refresh_compute_copy();
+  /// Per-channel input normalization (after /255), sizes C.
+  void set_input_normalization(const std::vector<double>& mean, const std::vector<double>& std);
+
+  // ---- step ----------------------------------------------------------------
+  /**
+   * @brief Forward pass. x_u8: uint8 [n, H, W, C] device tensor, n <= max_batch.
+   * Normalizes and casts to the first layer's compute dtype, runs every layer and
+   * returns float32 logits [n, num_classes] (a softmax on the last layer is fused
+   * into the loss, so the output is always the pre-softmax logits).
+   * `dropout_seed` and `step` make dropout masks reproducible.
+   */
+  Tensor forward(const Tensor& x_u8, bool training, uint64_t dropout_seed = 0, uint64_t step = 0);
+  /// Backward pass from float32 dlogits [n, num_classes] (already loss-scaled);
+  /// overwrites the gradient arena.
+  void backward(const Tensor& dlogits);
+
+  // ---- numerics ------------------------------------------------------------
+  /// After forward(): the first layer whose output holds inf/NaN, "" if none.
+  std::string first_nonfinite_forward();
+  /// After backward(): the first layer (from the output back) whose input gradient
+  /// or weight gradient holds inf/NaN, "" if none.
+  std::string first_nonfinite_backward();
+
+  // ---- introspection -------------------------------------------------------
+  Policy policy() const;
+  int num_classes() const;
+  int64_t max_batch() const;
+  std::vector<LayerInfo> layer_infos() const;
+  /// Keras-like table: layer (type), output shape, params, compute dtype, variable dtype; totals.
+  std::string summary_table() const;
+  MemoryReport memory_report() const;
+  /// True when the last layer has a softmax activation (handled by the loss).
+  bool softmax_output() const;
+  /// Compute dtype of the layer that produces the logits.
+  DType output_dtype() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// @brief Policy a layer computes in: its `dtype:` override or the model's.
+/// Resolves "float32" / "mixed_float16" / "float16" / "mixed_bfloat16" / "bfloat16".
+DType compute_dtype_for(Policy model_policy, const std::string& layer_dtype);
+
+}  // namespace mpx
