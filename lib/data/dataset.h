@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: MIT
+// In-memory data sets (uint8 NHWC images + int32 labels) and the per-epoch
+// loader: deterministic shuffling from the run seed, batching, normalization
+// statistics, CIFAR augmentation on the host.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace mpx {
+
+enum class Split { Train, Test };
+
+/// @brief A whole split in host memory, NHWC uint8.
+struct Dataset {
+  std::string name;  // mnist | fashion_mnist | cifar10 | synthetic
+  int H = 0, W = 0, C = 0;
+  int num_classes = 10;
+  std::vector<uint8_t> images;  // size() * H * W * C
+  std::vector<int32_t> labels;  // size()
+  int64_t size() const { return static_cast<int64_t>(labels.size()); }
+  int64_t image_bytes() const { return static_cast<int64_t>(H) * W * C; }
+};
+
+/// @brief Reads one split as DataConfig says (dataset, path, limits). Throws
+/// DataError naming the file (and byte offset for corrupt files) and the
+/// data_scripts/ command that fetches it.
+Dataset load_dataset(const DataConfig& cfg, Split split, uint64_t seed);
+
+/// Standard per-channel statistics of a dataset's training split (after /255).
+/// Throws ConfigError for an unknown dataset name.
+void default_normalization(const std::string& dataset, std::vector<double>& mean, std::vector<double>& std);
+
+/// The folder a dataset is read from when DataConfig::path is empty: "data/<dataset>".
+std::string default_data_path(const std::string& dataset);
+
+/// The data_scripts/ command that fetches `dataset` ("data_scripts/get_mnist.sh"); "" for synthetic.
+std::string fetch_script(const std::string& dataset);
+
+/// @brief One batch as the loader hands it out (host memory, reused between calls).
+struct Batch {
+  int64_t n = 0;                 // records in this batch (<= batch size)
+  std::vector<uint8_t> images;   // n * H * W * C, NHWC
+  std::vector<int32_t> labels;   // n
+  std::vector<int64_t> indices;  // n: each record's index in the Dataset (tests, debugging)
+};
+
+/// @brief Iterates a Dataset in batches. Epoch e's order is a pure function of
+/// (seed, e), so a resumed run sees exactly the batches it would have seen.
+class Loader {
+ public:
+  Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_last, const AugmentConfig& augment,
+         uint64_t seed);
+  /// Batches per epoch.
+  int64_t steps_per_epoch() const;
+  /// Starts epoch `epoch` (0-based) at batch `first_step` (resume mid-epoch).
+  void start_epoch(int64_t epoch, int64_t first_step = 0);
+  /// Fills `b` with the next batch; false at the end of the epoch.
+  bool next(Batch& b);
+  /// Batches already handed out in the current epoch.
+  int64_t position() const { return pos_; }
+  /// The current epoch (set by start_epoch; 0 before the first call).
+  int64_t epoch() const { return epoch_; }
+  /// Records per epoch actually handed out (all, or full batches only with drop_last).
+  int64_t records_per_epoch() const;
+  int64_t batch_size() const { return batch_size_; }
+
+ private:
+  const Dataset& ds_;
+  int64_t batch_size_;
+  bool shuffle_, drop_last_;
+  AugmentConfig augment_;
+  uint64_t seed_;
+  int64_t epoch_ = 0, pos_ = 0;
+  std::vector<int64_t> order_;
+  uint64_t augment_seed_ = 0;  // per-epoch key of the augmentation hash
+
+  void copy_record(int64_t index, uint8_t* dst) const;
+};
+
+}  // namespace mpx
