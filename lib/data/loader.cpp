@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+// The Loader: per-epoch shuffle, batching and host-side augmentation. Every
+// random choice is a pure function of (seed, epoch, record index), so a run
+// resumed at (epoch, step) sees bit-exactly the batches it would have seen.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+
+namespace mpx {
+
+Loader::Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_last, const AugmentConfig& augment,
+               uint64_t seed)
+    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), augment_(augment), seed_(seed) {
+  if (batch_size_ <= 0) throw ConfigError("data.batch_size must be > 0, got " + std::to_string(batch_size_));
+  if (augment_.random_crop_padding < 0) {
+    throw ConfigError("data.augment.random_crop_padding must be >= 0, got " +
+                      std::to_string(augment_.random_crop_padding));
+  }
+  if (ds_.size() == 0) throw DataError("data set '" + ds_.name + "' holds no records");
+  if (steps_per_epoch() == 0) {
+    throw ConfigError("data.drop_last is true and data.batch_size " + std::to_string(batch_size_) + " exceeds the " +
+                      std::to_string(ds_.size()) + " records of '" + ds_.name +
+                      "': an epoch would hold no batch (lower batch_size or set drop_last: false)");
+  }
+  start_epoch(0, 0);
+}
+
+int64_t Loader::steps_per_epoch() const {
+  const int64_t n = ds_.size();
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+int64_t Loader::records_per_epoch() const {
+  return drop_last_ ? steps_per_epoch() * batch_size_ : ds_.size();
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_step) {
+  MPX_CHECK_MSG(epoch >= 0, "epoch " + std::to_string(epoch));
+  if (first_step < 0 || first_step > steps_per_epoch()) {
+    throw Error("Loader::start_epoch: step " + std::to_string(first_step) + " outside [0, " +
+                std::to_string(steps_per_epoch()) + "] (resume position does not fit this data set and batch size)");
+  }
+  epoch_ = epoch;
+  pos_ = first_step;
+  const int64_t n = ds_.size();
+  order_.resize(static_cast<size_t>(n));
+  std::iota(order_.begin(), order_.end(), int64_t{0});
+  if (shuffle_) {
+    // Fisher-Yates; the order of epoch e depends on (seed, e) only.
+    Rng rng(mix64(seed_ ^ static_cast<uint64_t>(epoch + 1)));
+    for (int64_t i = n - 1; i > 0; --i) {
+      const int64_t j = static_cast<int64_t>(rng.uniform_int(static_cast<uint64_t>(i + 1)));
+      std::swap(order_[i], order_[j]);
+    }
+  }
+  augment_seed_ = mix64(seed_ ^ mix64(0x617567ULL + static_cast<uint64_t>(epoch)));  // "aug"
+}
+
+void Loader::copy_record(int64_t index, uint8_t* dst) const {
+  const int64_t bytes = ds_.image_bytes();
+  const uint8_t* src = ds_.images.data() + index * bytes;
+  const int pad = augment_.random_crop_padding;
+  if (pad == 0 && !augment_.horizontal_flip) {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return;
+  }
+  // Crop from the zero-padded image at offset (pad + dy, pad + dx), then mirror:
+  // out(y, x) = in(y + dy, (flip ? W-1-x : x) + dx), zero outside the image.
+  const uint64_t key = static_cast<uint64_t>(index) * 4;
+  int dy = 0, dx = 0;
+  if (pad > 0) {
+    const int span = 2 * pad + 1;
+    dy = std::min(static_cast<int>(hash_uniform(augment_seed_, key + 0) * span), span - 1) - pad;
+    dx = std::min(static_cast<int>(hash_uniform(augment_seed_, key + 1) * span), span - 1) - pad;
+  }
+  const bool flip = augment_.horizontal_flip && hash_uniform(augment_seed_, key + 2) < 0.5f;
+  const int H = ds_.H, W = ds_.W, C = ds_.C;
+  for (int y = 0; y < H; ++y) {
+    uint8_t* out = dst + static_cast<int64_t>(y) * W * C;
+    const int sy = y + dy;
+    if (sy < 0 || sy >= H) {
+      std::memset(out, 0, static_cast<size_t>(W) * C);
+      continue;
+    }
+    const uint8_t* row = src + static_cast<int64_t>(sy) * W * C;
+    if (!flip) {
+      // Source columns x + dx: a shifted copy with zeros at one edge.
+      const int x0 = std::max(0, -dx), x1 = std::min(W, W - dx);  // valid x range [x0, x1)
+      std::memset(out, 0, static_cast<size_t>(x0) * C);
+      if (x1 > x0) std::memcpy(out + x0 * C, row + (x0 + dx) * C, static_cast<size_t>(x1 - x0) * C);
+      if (x1 < W) std::memset(out + std::max(x1, 0) * C, 0, static_cast<size_t>(W - std::max(x1, 0)) * C);
+    } else {
+      for (int x = 0; x < W; ++x) {
+        const int sx = W - 1 - x + dx;
+        if (sx < 0 || sx >= W) {
+          std::memset(out + x * C, 0, static_cast<size_t>(C));
+        } else {
+          for (int c = 0; c < C; ++c) out[x * C + c] = row[sx * C + c];
+        }
+      }
+    }
+  }
+}
+
+bool Loader::next(Batch& b) {
+  if (pos_ >= steps_per_epoch()) return false;
+  const int64_t start = pos_ * batch_size_;
+  const int64_t n = std::min(batch_size_, ds_.size() - start);
+  const int64_t bytes = ds_.image_bytes();
+  // Size the buffers for a full batch once; later batches (and the shorter last one) reuse them.
+  if (b.images.capacity() < static_cast<size_t>(batch_size_ * bytes)) b.images.reserve(batch_size_ * bytes);
+  if (b.labels.capacity() < static_cast<size_t>(batch_size_)) b.labels.reserve(batch_size_);
+  if (b.indices.capacity() < static_cast<size_t>(batch_size_)) b.indices.reserve(batch_size_);
+  b.n = n;
+  b.images.resize(static_cast<size_t>(n * bytes));
+  b.labels.resize(static_cast<size_t>(n));
+  b.indices.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t idx = order_[start + i];
+    b.indices[i] = idx;
+    b.labels[i] = ds_.labels[idx];
+    copy_record(idx, b.images.data() + i * bytes);
+  }
+  ++pos_;
+  return true;
+}
+
+}  // namespace mpx
