@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// CpuBackend: the Backend of host memory. Each *_impl forwards to the op group
+// in its own file (memory.cpp, conv.cpp, ...); this file only wires them and
+// owns the Context (scratch, oneDNN engine/stream, plan cache).
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "core/half.h"
+
+namespace mpx {
+namespace cpu {
+
+namespace {
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+}  // namespace
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend()
+      : ctx_([this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); }) {}
+
+  DeviceInfo info() const override {
+    DeviceInfo d;
+    d.name = "cpu";
+    std::string isa;
+    if (__builtin_cpu_supports("avx512f")) isa += " avx512f";
+    if (__builtin_cpu_supports("avx2")) isa += " avx2";
+    if (__builtin_cpu_supports("fma")) isa += " fma";
+    if (have_f16c()) isa += " f16c";
+    d.description = fmt::format("{} ({} threads,{})", cpu_model_name(), omp_get_max_threads(), isa);
+    // bf16/f16 math is emulated (f32 compute) on CPUs without AMX: never faster than f32 here.
+    d.native_bf16 = false;
+    d.native_f16 = false;
+    return d;
+  }
+
+  bool supports(Op op, DType t) const override {
+    switch (op) {
+      case Op::SoftmaxCrossEntropy:
+      case Op::UnscaleAndCheck:
+      case Op::OptimizerStep:
+        return t == DType::F32;
+      default:
+        return is_float(t);
+    }
+  }
+
+  void synchronize() override {}
+
+ private:
+  void* alloc_impl(size_t bytes) override {
+    const size_t n = (bytes + 63) / 64 * 64;
+    return std::aligned_alloc(64, n);
+  }
+  void free_impl(void* p) override { std::free(p); }
+  void upload_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void fill_impl(const Tensor& dst, float value) override { cpu::fill(dst, value); }
+  void copy_impl(const Tensor& dst, const Tensor& src) override { cpu::copy(dst, src); }
+  void cast_impl(const Tensor& src, const Tensor& dst) override { cpu::cast(src, dst); }
+  void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override {
+    cpu::normalize_input(ctx_, x, mean, std, y);
+  }
+  void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& y, Activation act) override {
+    cpu::conv2d_forward(ctx_, p, x, w, bias, y, act);
+  }
+  void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                 const Tensor& dx) override {
+    cpu::conv2d_backward_data(ctx_, p, dy, w, dx);
+  }
+  void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                   const Tensor& db) override {
+    cpu::conv2d_backward_filter(ctx_, p, x, dy, dw, db);
+  }
+  void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                          Activation act) override {
+    cpu::dense_forward(ctx_, x, w, bias, y, act);
+  }
+  void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override {
+    cpu::dense_backward_data(ctx_, dy, w, dx);
+  }
+  void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override {
+    cpu::dense_backward_weights(ctx_, x, dy, dw, db);
+  }
+  void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override {
+    cpu::activation_forward(act, x, y);
+  }
+  void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) override {
+    cpu::activation_backward(act, y, dy, dx);
+  }
+  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override { cpu::add(a, b, y); }
+  void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override {
+    cpu::pool_forward(ctx_, p, x, y);
+  }
+  void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& dx) override {
+    cpu::pool_backward(ctx_, p, x, y, dy, dx);
+  }
+  void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override {
+    cpu::global_avg_pool_forward(ctx_, x, y);
+  }
+  void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) override {
+    cpu::global_avg_pool_backward(ctx_, dy, dx);
+  }
+  void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
+                                        float epsilon, const Tensor& running_mean, const Tensor& running_var,
+                                        const Tensor& saved_mean, const Tensor& saved_invstd,
+                                        const Tensor& y) override {
+    cpu::batch_norm_forward_training(ctx_, x, gamma, beta, momentum, epsilon, running_mean, running_var,
+                                     saved_mean, saved_invstd, y);
+  }
+  void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var, float epsilon,
+                                         const Tensor& y) override {
+    cpu::batch_norm_forward_inference(ctx_, x, gamma, beta, running_mean, running_var, epsilon, y);
+  }
+  void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                                const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
+                                const Tensor& dbeta) override {
+    cpu::batch_norm_backward(ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+  }
+  void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                  const Tensor& loss_sum_out, const Tensor& correct_out,
+                                  const Tensor& dlogits) override {
+    cpu::softmax_cross_entropy(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
+  }
+  void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
+                            const Tensor& y) override {
+    cpu::dropout_forward(x, rate, seed, offset, mask, y);
+  }
+  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override {
+    cpu::dropout_backward(dy, mask, rate, dx);
+  }
+  bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override {
+    return cpu::unscale_and_check(grads, inv_scale);
+  }
+  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
+                           const Tensor& state2, const Tensor& compute_copy) override {
+    cpu::optimizer_step(s, master, grads, state1, state2, compute_copy);
+  }
+  TensorStats stats_impl(const Tensor& x) override { return cpu::stats(x); }
+
+  Context ctx_;
+};
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+}  // namespace mpx

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+// Shared state and helpers of the CPU backend's op files (namespace mpx::cpu):
+// the scratch arena (float32 copies of 16-bit operands, grown once per shape and
+// then reused, so a steady-state step allocates nothing), the oneDNN engine and
+// stream, the plan cache keyed by op+shape+dtype, and block-wise load/store
+// between 16-bit tensors and float32.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+
+#include "core/half.h"
+#include "core/tensor.h"
+
+namespace mpx::cpu {
+
+/// Scratch slots: one float32 buffer each, grown to the largest request and kept.
+enum Slot : int { kSlotX, kSlotW, kSlotB, kSlotY, kSlotDY, kSlotDX, kSlotDW, kSlotDB, kSlotTmp0, kSlotTmp1, kSlotCount };
+
+/// Key of a cached plan: op id, dtypes and every dimension that shapes it.
+struct PlanKey {
+  std::array<int64_t, 28> v{};
+  int n = 0;
+  PlanKey& operator<<(int64_t x) {
+    v[static_cast<size_t>(n++)] = x;
+    return *this;
+  }
+  PlanKey& operator<<(const Shape& s) {
+    *this << s.rank;
+    for (int i = 0; i < s.rank; ++i) *this << s[i];
+    return *this;
+  }
+  bool operator==(const PlanKey& o) const { return n == o.n && v == o.v; }
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < k.n; ++i) h = (h ^ static_cast<uint64_t>(k.v[static_cast<size_t>(i)])) * 1099511628211ULL;
+    return static_cast<size_t>(h);
+  }
+};
+
+/// Base class of cached plans (oneDNN primitives with their memory objects).
+struct Plan {
+  virtual ~Plan() = default;
+};
+
+class Context {
+ public:
+  /// on_alloc(+bytes) / on_free(bytes) feed the backend's memory accounting.
+  Context(std::function<void(size_t)> on_alloc, std::function<void(size_t)> on_free);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// A float32 buffer of at least n elements (64-byte aligned), valid until the next request of the slot.
+  float* scratch(Slot slot, size_t n);
+  /// The same memory seen as doubles (n doubles).
+  double* scratch_f64(Slot slot, size_t n) { return reinterpret_cast<double*>(scratch(slot, 2 * n)); }
+
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  /// The cached plan of `key`, or a new one from make() (then cached).
+  template <typename T, typename Make>
+  T& plan(const PlanKey& key, Make&& make) {
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+    return static_cast<T&>(*it->second);
+  }
+  size_t plan_count() const { return plans_.size(); }
+
+ private:
+  struct Block {
+    float* p = nullptr;
+    size_t n = 0;
+  };
+  std::array<Block, kSlotCount> slots_{};
+  std::function<void(size_t)> on_alloc_, on_free_;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+// ---- float32 views of tensors ---------------------------------------------------
+
+/// Elementwise work is split into blocks of this many elements (fits L1/L2 with room).
+constexpr int64_t kBlock = 4096;
+
+/// Converts n elements in parallel (blocks of 64Ki elements).
+void parallel_convert(const void* src, DType st, void* dst, DType dt, int64_t n);
+
+/// A float32 pointer to t's data: t itself when it is float32, else a scratch copy.
+const float* f32_in(Context& ctx, Slot slot, const Tensor& t);
+/// Where to write float32 results for t: t itself when float32, else scratch.
+float* f32_out(Context& ctx, Slot slot, const Tensor& t);
+/// Rounds the float32 results of f32_out() into t (no-op when t is float32).
+void f32_commit(const float* f, const Tensor& t);
+
+/// Element offset pointer.
+inline void* elem_ptr(const Tensor& t, int64_t i) {
+  return static_cast<char*>(t.data) + static_cast<size_t>(i) * dtype_size(t.dtype);
+}
+
+/// Block-wise helpers for elementwise kernels: load n floats from t at element off
+/// (returns a pointer into t when float32, else converts into buf).
+inline const float* load_block(const Tensor& t, int64_t off, int64_t n, float* buf) {
+  if (t.dtype == DType::F32) return t.as<const float>() + off;
+  convert(elem_ptr(t, off), t.dtype, buf, DType::F32, static_cast<size_t>(n));
+  return buf;
+}
+/// Destination of n floats for t at off: t itself when float32, else buf (then store_block).
+inline float* out_block(const Tensor& t, int64_t off, float* buf) {
+  return t.dtype == DType::F32 ? t.as<float>() + off : buf;
+}
+inline void store_block(const float* src, const Tensor& t, int64_t off, int64_t n) {
+  if (t.dtype != DType::F32) convert(src, DType::F32, elem_ptr(t, off), t.dtype, static_cast<size_t>(n));
+}
+
+/// Runs f(off, n) over [0, total) in blocks of kBlock, in parallel.
+template <typename F>
+void for_blocks(int64_t total, F&& f) {
+  const int64_t nb = (total + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int64_t b = 0; b < nb; ++b) f(b * kBlock, std::min(kBlock, total - b * kBlock));
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+// The fused passes over the flat float32 arenas: unscale-and-check, the
+// optimizer update (SGD/momentum/Nesterov, Adam, AdamW; Keras formulas) that
+// also writes the rounded 16-bit compute copy, and tensor statistics.
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+
+namespace mpx::cpu {
+
+bool unscale_and_check(const Tensor& grads, float inv_scale) {
+  float* g = grads.as<float>();
+  const int64_t n = grads.numel();
+  int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = g[i] * inv_scale;
+    g[i] = v;
+    bad |= std::isfinite(v) ? 0 : 1;
+  }
+  return bad == 0;
+}
+
+void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
+                    const Tensor& state2, const Tensor& compute_copy) {
+  float* w = master.as<float>();
+  const float* g = grads.as<const float>();
+  float* m = state1.empty() ? nullptr : state1.as<float>();
+  float* v = state2.empty() ? nullptr : state2.as<float>();
+  const float lr = s.lr, wd = s.weight_decay;
+  const bool has_copy = !compute_copy.empty();
+  const Tensor copy_t = compute_copy;
+
+  if (s.kind == OptimizerStep::Kind::Sgd) {
+    const float mom = s.momentum;
+    const bool use_m = mom != 0.0f && m;
+    const bool nesterov = s.nesterov;
+    for_blocks(master.numel(), [&](int64_t off, int64_t n) {
+      for (int64_t i = off; i < off + n; ++i) {
+        float gi = g[i];
+        if (wd != 0.0f) gi += wd * w[i];
+        if (use_m) {
+          const float vi = mom * m[i] - lr * gi;
+          m[i] = vi;
+          w[i] += nesterov ? mom * vi - lr * gi : vi;
+        } else {
+          w[i] -= lr * gi;
+        }
+      }
+      if (has_copy) convert(w + off, DType::F32, elem_ptr(copy_t, off), copy_t.dtype, static_cast<size_t>(n));
+    });
+    return;
+  }
+
+  // Adam / AdamW (Keras): lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t * m / (sqrt(v) + eps).
+  const double t = static_cast<double>(s.t);
+  const double b1t = std::pow(static_cast<double>(s.beta1), t), b2t = std::pow(static_cast<double>(s.beta2), t);
+  const float lr_t = static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2t) / (1.0 - b1t));
+  const float b1 = s.beta1, b2 = s.beta2, eps = s.epsilon;
+  const bool adamw = s.kind == OptimizerStep::Kind::AdamW;
+  for_blocks(master.numel(), [&](int64_t off, int64_t n) {
+    for (int64_t i = off; i < off + n; ++i) {
+      float wi = w[i];
+      float gi = g[i];
+      if (wd != 0.0f) {
+        if (adamw)
+          wi -= lr * wd * wi;
+        else
+          gi += wd * wi;
+      }
+      const float mi = b1 * m[i] + (1.0f - b1) * gi;
+      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] = wi - lr_t * mi / (std::sqrt(vi) + eps);
+    }
+    if (has_copy) convert(w + off, DType::F32, elem_ptr(copy_t, off), copy_t.dtype, static_cast<size_t>(n));
+  });
+}
+
+TensorStats stats(const Tensor& x) {
+  const int64_t total = x.numel();
+  double mn = std::numeric_limits<double>::infinity(), mx = -std::numeric_limits<double>::infinity();
+  double sum_abs = 0.0;
+  int64_t n_inf = 0, n_nan = 0, n_zero = 0;
+#pragma omp parallel for schedule(static) reduction(min : mn) reduction(max : mx) \
+    reduction(+ : sum_abs, n_inf, n_nan, n_zero) if (total > (1 << 15))
+  for (int64_t b = 0; b < (total + kBlock - 1) / kBlock; ++b) {
+    const int64_t off = b * kBlock, n = std::min(kBlock, total - off);
+    float buf[kBlock];
+    const float* p = load_block(x, off, n, buf);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = p[i];
+      if (std::isnan(v)) {
+        ++n_nan;
+      } else if (std::isinf(v)) {
+        ++n_inf;
+      } else {
+        if (v == 0.0f) ++n_zero;
+        mn = std::min<double>(mn, v);
+        mx = std::max<double>(mx, v);
+        sum_abs += std::fabs(v);
+      }
+    }
+  }
+  TensorStats st;
+  st.count = total;
+  st.n_inf = n_inf;
+  st.n_nan = n_nan;
+  st.n_zero = n_zero;
+  const int64_t finite = total - n_inf - n_nan;
+  if (finite > 0) {
+    st.min = mn;
+    st.max = mx;
+    st.mean_abs = sum_abs / static_cast<double>(finite);
+  }
+  return st;
+}
+
+}  // namespace mpx::cpu

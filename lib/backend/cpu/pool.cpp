@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+// Max/average pooling (NHWC, asymmetric padding; average excludes padding from
+// the divisor as Keras does) and global average pooling, forward and backward.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+
+namespace mpx::cpu {
+
+namespace {
+
+struct PGeo {
+  int64_t N, H, W, C, P, Q, R, S;
+  int sh, sw, pt, pl;
+  // Window rows [h0, h1) and columns [w0, w1), clipped to the image.
+  void window(int64_t p, int64_t q, int64_t& h0, int64_t& h1, int64_t& w0, int64_t& w1) const {
+    h0 = p * sh - pt;
+    w0 = q * sw - pl;
+    h1 = std::min(h0 + R, H);
+    w1 = std::min(w0 + S, W);
+    h0 = std::max<int64_t>(h0, 0);
+    w0 = std::max<int64_t>(w0, 0);
+  }
+};
+
+PGeo geometry(const PoolParams& p, const Shape& x) {
+  PGeo g{};
+  g.N = x[0], g.H = x[1], g.W = x[2], g.C = x[3];
+  g.P = p.out_h(static_cast<int>(g.H));
+  g.Q = p.out_w(static_cast<int>(g.W));
+  g.R = p.R, g.S = p.S, g.sh = p.stride_h, g.sw = p.stride_w, g.pt = p.pad_top, g.pl = p.pad_left;
+  return g;
+}
+
+// "First maximum": strict >, scanning rows then columns; NaN wins and stays.
+inline bool takes(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
+
+}  // namespace
+
+void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {
+  const PGeo g = geometry(pp, x.shape);
+  const float* xf = f32_in(ctx, kSlotX, x);
+  float* yf = f32_out(ctx, kSlotY, y);
+  const bool is_max = pp.kind == PoolKind::Max;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t p = 0; p < g.P; ++p)
+      for (int64_t q = 0; q < g.Q; ++q) {
+        int64_t h0, h1, w0, w1;
+        g.window(p, q, h0, h1, w0, w1);
+        float* yo = yf + ((n * g.P + p) * g.Q + q) * g.C;
+        for (int64_t c = 0; c < g.C; ++c) yo[c] = is_max ? -std::numeric_limits<float>::infinity() : 0.0f;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) {
+            const float* xi = xf + ((n * g.H + h) * g.W + w) * g.C;
+            if (is_max) {
+              for (int64_t c = 0; c < g.C; ++c) yo[c] = takes(xi[c], yo[c]) ? xi[c] : yo[c];
+            } else {
+              for (int64_t c = 0; c < g.C; ++c) yo[c] += xi[c];
+            }
+          }
+        if (!is_max) {
+          const float inv = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
+          for (int64_t c = 0; c < g.C; ++c) yo[c] *= inv;
+        }
+      }
+  f32_commit(yf, y);
+}
+
+void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
+                   const Tensor& dx) {
+  const PGeo g = geometry(pp, x.shape);
+  const float* xf = pp.kind == PoolKind::Max ? f32_in(ctx, kSlotX, x) : nullptr;
+  const float* dyf = f32_in(ctx, kSlotDY, dy);
+  float* dxf = f32_out(ctx, kSlotDX, dx);
+  const bool is_max = pp.kind == PoolKind::Max;
+  const int64_t img = g.H * g.W * g.C;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    std::memset(dxf + n * img, 0, sizeof(float) * static_cast<size_t>(img));
+    for (int64_t p = 0; p < g.P; ++p)
+      for (int64_t q = 0; q < g.Q; ++q) {
+        int64_t h0, h1, w0, w1;
+        g.window(p, q, h0, h1, w0, w1);
+        const float* dyo = dyf + ((n * g.P + p) * g.Q + q) * g.C;
+        if (is_max) {
+          // The maximum is recomputed from x with the forward rule (first maximum wins).
+          for (int64_t c = 0; c < g.C; ++c) {
+            float m = -std::numeric_limits<float>::infinity();
+            int64_t at = ((n * g.H + h0) * g.W + w0) * g.C + c;
+            for (int64_t h = h0; h < h1; ++h)
+              for (int64_t w = w0; w < w1; ++w) {
+                const int64_t i = ((n * g.H + h) * g.W + w) * g.C + c;
+                if (takes(xf[i], m)) {
+                  m = xf[i];
+                  at = i;
+                }
+              }
+            dxf[at] += dyo[c];
+          }
+        } else {
+          const float inv = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) {
+              float* d = dxf + ((n * g.H + h) * g.W + w) * g.C;
+              for (int64_t c = 0; c < g.C; ++c) d[c] += dyo[c] * inv;
+            }
+        }
+      }
+  }
+  f32_commit(dxf, dx);
+}
+
+void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y) {
+  const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
+  const float* xf = f32_in(ctx, kSlotX, x);
+  float* yf = f32_out(ctx, kSlotY, y);
+  const float inv = 1.0f / static_cast<float>(HW);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* yo = yf + n * C;
+    for (int64_t c = 0; c < C; ++c) yo[c] = 0.0f;
+    for (int64_t i = 0; i < HW; ++i) {
+      const float* xi = xf + (n * HW + i) * C;
+      for (int64_t c = 0; c < C; ++c) yo[c] += xi[c];
+    }
+    for (int64_t c = 0; c < C; ++c) yo[c] *= inv;
+  }
+  f32_commit(yf, y);
+}
+
+void global_avg_pool_backward(Context& ctx, const Tensor& dy, const Tensor& dx) {
+  const int64_t N = dx.shape[0], HW = dx.shape[1] * dx.shape[2], C = dx.shape[3];
+  const float* dyf = f32_in(ctx, kSlotDY, dy);
+  float* dxf = f32_out(ctx, kSlotDX, dx);
+  const float inv = 1.0f / static_cast<float>(HW);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < HW; ++i) {
+      float* d = dxf + (n * HW + i) * C;
+      const float* g = dyf + n * C;
+      for (int64_t c = 0; c < C; ++c) d[c] = g[c] * inv;
+    }
+  f32_commit(dxf, dx);
+}
+
+}  // namespace mpx::cpu
