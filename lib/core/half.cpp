@@ -58,7 +58,10 @@ float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1Fu;
   const uint32_t m = h & 0x03FFu;
-  if (e == 0x1Fu) return bits_f32(sign | 0x7F800000u | (m << 13));  // inf, NaN (payload kept)
+  if (e == 0x1Fu) {
+    if (m == 0) return bits_f32(sign | 0x7F800000u);
+    return bits_f32(sign | 0x7FC00000u | (m << 13));  // NaN: payload kept, quieted (as F16C does)
+  }
   if (e != 0) return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
   if (m == 0) return bits_f32(sign);
   // Subnormal: normalize the mantissa. Value = m * 2^-24.
@@ -141,6 +144,91 @@ void portable_range(const void* src, DType src_t, void* dst, DType dst_t, size_t
 
 }  // namespace
 
+// half_f16c.cpp; call only when the CPU has the ISA.
+namespace detail {
+void f32_to_f16_f16c(const float* src, uint16_t* dst, size_t n);
+void f16_to_f32_f16c(const uint16_t* src, float* dst, size_t n);
+void f32_to_bf16_avx2(const float* src, uint16_t* dst, size_t n);
+void bf16_to_f32_avx2(const uint16_t* src, float* dst, size_t n);
+}  // namespace detail
+
+namespace {
+
+struct CpuCaps {
+  bool f16c = false;
+  bool avx2 = false;
+};
+
+CpuCaps detect_caps() {
+  CpuCaps c;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx = __builtin_cpu_supports("avx");  // includes the OS (XSAVE) check
+  c.f16c = avx && __builtin_cpu_supports("f16c");
+  c.avx2 = avx && __builtin_cpu_supports("avx2");
+#endif
+  return c;
+}
+
+const CpuCaps& caps() {
+  static const CpuCaps c = detect_caps();
+  return c;
+}
+
+// Vectorized kernels over [begin, end), falling back to the scalar loops per pair.
+void fast_range(const void* src, DType src_t, void* dst, DType dst_t, size_t begin, size_t end) {
+  const CpuCaps& c = caps();
+  const size_t n = end - begin;
+  if (src_t == DType::F32 && dst_t == DType::F16 && c.f16c) {
+    detail::f32_to_f16_f16c(static_cast<const float*>(src) + begin, static_cast<uint16_t*>(dst) + begin, n);
+  } else if (src_t == DType::F16 && dst_t == DType::F32 && c.f16c) {
+    detail::f16_to_f32_f16c(static_cast<const uint16_t*>(src) + begin, static_cast<float*>(dst) + begin, n);
+  } else if (src_t == DType::F32 && dst_t == DType::BF16 && c.avx2) {
+    detail::f32_to_bf16_avx2(static_cast<const float*>(src) + begin, static_cast<uint16_t*>(dst) + begin, n);
+  } else if (src_t == DType::BF16 && dst_t == DType::F32 && c.avx2) {
+    detail::bf16_to_f32_avx2(static_cast<const uint16_t*>(src) + begin, static_cast<float*>(dst) + begin, n);
+  } else if (is_16bit(src_t) && is_16bit(dst_t) && c.f16c && c.avx2) {
+    // 16-bit -> other 16-bit through a float32 buffer on the stack (widening is exact).
+    constexpr size_t kBlock = 2048;
+    float buf[kBlock];
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (size_t i = begin; i < end; i += kBlock) {
+      const size_t m = end - i < kBlock ? end - i : kBlock;
+      if (src_t == DType::F16) {
+        detail::f16_to_f32_f16c(s + i, buf, m);
+        detail::f32_to_bf16_avx2(buf, d + i, m);
+      } else {
+        detail::bf16_to_f32_avx2(s + i, buf, m);
+        detail::f32_to_f16_f16c(buf, d + i, m);
+      }
+    }
+  } else {
+    portable_range(src, src_t, dst, dst_t, begin, end);
+  }
+}
+
+// Memory-bound work: split large arrays into chunks over OpenMP threads, small ones run inline.
+constexpr size_t kChunk = size_t{1} << 16;
+constexpr size_t kParallelMin = size_t{1} << 17;
+
+template <typename Kernel>
+void run_chunked(const void* src, DType src_t, void* dst, DType dst_t, size_t n, Kernel kernel) {
+  if (n < kParallelMin) {
+    kernel(src, src_t, dst, dst_t, 0, n);
+    return;
+  }
+  const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (long long c = 0; c < chunks; ++c) {
+    const size_t begin = static_cast<size_t>(c) * kChunk;
+    const size_t end = begin + kChunk < n ? begin + kChunk : n;
+    kernel(src, src_t, dst, dst_t, begin, end);
+  }
+}
+
+}  // namespace
+
 void convert_portable(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
   check_float_pair(src_t, dst_t);
   if (n == 0) return;
@@ -148,13 +236,19 @@ void convert_portable(const void* src, DType src_t, void* dst, DType dst_t, size
     std::memcpy(dst, src, n * dtype_size(src_t));
     return;
   }
-  portable_range(src, src_t, dst, dst_t, 0, n);
+  run_chunked(src, src_t, dst, dst_t, n, portable_range);
 }
 
 void convert(const void* src, DType src_t, void* dst, DType dst_t, size_t n) {
-  convert_portable(src, src_t, dst, dst_t, n);
+  check_float_pair(src_t, dst_t);
+  if (n == 0) return;
+  if (src_t == dst_t) {
+    std::memcpy(dst, src, n * dtype_size(src_t));
+    return;
+  }
+  run_chunked(src, src_t, dst, dst_t, n, fast_range);
 }
 
-bool have_f16c() { return false; }
+bool have_f16c() { return caps().f16c; }
 
 }  // namespace mpx
