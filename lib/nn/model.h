@@ -94,6 +94,17 @@ class Model {
   /// overwrites the gradient arena.
   void backward(const Tensor& dlogits);
 
+  // ---- float32 input path (gradient checks) ---------------------------------
+  /**
+   * @brief Forward pass from an already normalized float32 input [n, H, W, C]
+   * (instead of uint8 + normalize_input); the next backward() then also computes
+   * the gradient with respect to this input (input_grad()). The first call
+   * allocates the input-gradient buffers (a test path, not the step loop).
+   */
+  Tensor forward_float(const Tensor& x_f32, bool training, uint64_t dropout_seed = 0, uint64_t step = 0);
+  /// After forward_float() + backward(): float32 [n, H, W, C] d(objective)/d(input).
+  Tensor input_grad() const;
+
   // ---- numerics ------------------------------------------------------------
   /// After forward(): the first layer whose output holds inf/NaN, "" if none.
   std::string first_nonfinite_forward();

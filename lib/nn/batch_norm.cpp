@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// batch_norm: statistics, gamma/beta and the moving statistics in float32
+// whatever the policy (gamma/beta in the master arena, moving mean/variance in
+// the state arena); input and output in the layer's compute dtype.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "nn/layer.h"
+
+namespace mpx::nn {
+
+namespace {
+
+class BatchNorm : public Layer {
+ public:
+  BatchNorm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    if (in.rank != 3 && in.rank != 1)
+      throw ConfigError(fmt::format("{}: batch_norm needs a per-sample [H, W, C] or [C] input, got {}", where(cfg),
+                                    in.str()));
+    if (!(cfg.epsilon > 0) || !(cfg.momentum >= 0 && cfg.momentum <= 1))
+      throw ConfigError(fmt::format("{}: epsilon ({}) must be > 0 and momentum ({}) in [0, 1]", where(cfg),
+                                    cfg.epsilon, cfg.momentum));
+    momentum_ = static_cast<float>(cfg.momentum);
+    epsilon_ = static_cast<float>(cfg.epsilon);
+    const int64_t C = in[in.rank - 1];
+    out_shape_ = in;
+    gamma_ = c.add_param(name(), "gamma", Shape{C}, true, Init::Ones);
+    beta_ = c.add_param(name(), "beta", Shape{C}, true, Init::Zeros);
+    mean_ = c.add_param(name(), "moving_mean", Shape{C}, false, Init::Zeros);
+    var_ = c.add_param(name(), "moving_variance", Shape{C}, false, Init::Ones);
+    param_ids_ = {gamma_, beta_, mean_, var_};
+    y_ = c.plan(t, in, name() + " output", true);
+    saved_mean_ = c.plan_flat(DType::F32, C, name() + " saved mean", true);
+    saved_invstd_ = c.plan_flat(DType::F32, C, name() + " saved inverse std", true);
+    // The backend always writes dx, also for a first layer that needs none.
+    Layer::plan_dx(c);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    x_ = x;
+    trained_ = c.training;
+    const Tensor y = y_.at(x.shape[0]);
+    if (c.training) {
+      c.be->batch_norm_forward_training(x, c.master_of(gamma_), c.master_of(beta_), momentum_, epsilon_,
+                                        c.state_of(mean_), c.state_of(var_), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
+                                        saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), y);
+    } else {
+      c.be->batch_norm_forward_inference(x, c.master_of(gamma_), c.master_of(beta_), c.state_of(mean_),
+                                         c.state_of(var_), epsilon_, y);
+    }
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    MPX_CHECK_MSG(trained_, name() + ": backward needs a training-mode forward (batch statistics)");
+    const Tensor dx = dx_.at(dy.shape[0]);
+    c.be->batch_norm_backward(x_, dy, c.master_of(gamma_), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
+                              saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), dx, c.grad_of(gamma_),
+                              c.grad_of(beta_));
+    return need_dx ? dx : Tensor();
+  }
+
+ private:
+  float momentum_ = 0.99f, epsilon_ = 1e-3f;
+  int gamma_ = -1, beta_ = -1, mean_ = -1, var_ = -1;
+  bool trained_ = false;
+  Planned y_, saved_mean_, saved_invstd_;
+  Tensor x_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
+  return std::make_unique<BatchNorm>(c, cfg, in, t, depth);
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// conv2d: NHWC convolution with a [K, R, S, C] kernel, Keras "same"/"valid"
+// padding (asymmetric when the total is odd), optional bias, fused relu.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "nn/layer.h"
+
+namespace mpx::nn {
+
+namespace {
+
+// Keras/TF "same": output ceil(H/s); total pad max((out-1)*s + R - H, 0), the extra one at the bottom.
+void same_pad(int H, int R, int s, int& lo, int& hi) {
+  const int out = (H + s - 1) / s;
+  const int total = std::max((out - 1) * s + R - H, 0);
+  lo = total / 2;
+  hi = total - lo;
+}
+
+class Conv2d : public Layer {
+ public:
+  Conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    if (in.rank != 3)
+      throw ConfigError(fmt::format("{}: conv2d needs a per-sample [H, W, C] input, got {}", where(cfg), in.str()));
+    if (cfg.filters <= 0 || cfg.kernel_h <= 0 || cfg.kernel_w <= 0 || cfg.stride_h <= 0 || cfg.stride_w <= 0)
+      throw ConfigError(fmt::format("{}: filters ({}), kernel ({}x{}) and strides ({}x{}) must be positive",
+                                    where(cfg), cfg.filters, cfg.kernel_h, cfg.kernel_w, cfg.stride_h, cfg.stride_w));
+    act_ = parse_activation(cfg, is_last);
+    const int H = static_cast<int>(in[0]), W = static_cast<int>(in[1]);
+    const int64_t C = in[2], K = cfg.filters;
+    p_.R = cfg.kernel_h;
+    p_.S = cfg.kernel_w;
+    p_.stride_h = cfg.stride_h;
+    p_.stride_w = cfg.stride_w;
+    if (cfg.padding == "same") {
+      same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
+      same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
+    } else if (cfg.padding != "valid") {
+      throw ConfigError(where(cfg) + ": padding must be same or valid, got '" + cfg.padding + "'");
+    }
+    const int P = p_.out_h(H), Q = p_.out_w(W);
+    if (P <= 0 || Q <= 0)
+      throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
+                                    in.str(), p_.R, p_.S, cfg.padding));
+    out_shape_ = Shape{P, Q, K};
+    const int64_t rs = int64_t{p_.R} * p_.S;
+    kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot, rs * C, rs * K);
+    param_ids_.push_back(kernel_);
+    if (cfg.use_bias) {
+      bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros);
+      param_ids_.push_back(bias_);
+    }
+    if (is_16bit(t)) c.need_scratch(K * rs * C + K);
+    y_ = c.plan(t, out_shape_, name() + " output", true);
+    if (act_ == Activation::Relu) dz_ = c.plan(t, out_shape_, name() + " relu gradient", false);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    x_ = x;
+    const Tensor y = y_.at(x.shape[0]);
+    c.be->conv2d_forward(p_, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, act_);
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    const int64_t n = dy.shape[0];
+    Tensor g = dy;
+    if (act_ == Activation::Relu) {
+      g = dz_.at(n);
+      c.be->activation_backward(Activation::Relu, y_.at(n), dy, g);
+    }
+    weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
+      c.be->conv2d_backward_filter(p_, x_, g, dw, db);
+    });
+    if (!need_dx) return Tensor();
+    const Tensor dx = dx_.at(n);
+    c.be->conv2d_backward_data(p_, g, c.weight(kernel_, dtype_), dx);
+    return dx;
+  }
+
+ private:
+  Conv2dParams p_;
+  Activation act_ = Activation::None;
+  int kernel_ = -1, bias_ = -1;
+  Planned y_, dz_;
+  Tensor x_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last) {
+  return std::make_unique<Conv2d>(c, cfg, in, t, depth, is_last);
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// Layers without parameters that act element by element or only reshape:
+// activation (relu; linear and softmax are identities here, softmax being
+// fused into the loss), flatten (a view, no copy) and inverted dropout.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/layer.h"
+
+namespace mpx::nn {
+
+namespace {
+
+class ActivationLayer : public Layer {
+ public:
+  ActivationLayer(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    act_ = parse_activation(cfg, is_last);
+    out_shape_ = in;
+    if (act_ == Activation::Relu) y_ = c.plan(t, in, name() + " output", true);
+  }
+
+  void plan_dx(Context& c) override {
+    if (act_ == Activation::Relu) Layer::plan_dx(c);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    if (act_ != Activation::Relu) return x;
+    const Tensor y = y_.at(x.shape[0]);
+    c.be->activation_forward(act_, x, y);
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    if (act_ != Activation::Relu) return dy;
+    const int64_t n = dy.shape[0];
+    const Tensor dx = dx_.at(n);
+    c.be->activation_backward(act_, y_.at(n), dy, dx);
+    return dx;
+  }
+
+ private:
+  Activation act_ = Activation::None;
+  Planned y_;
+};
+
+class Flatten : public Layer {
+ public:
+  Flatten(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    out_shape_ = Shape{in.numel()};
+  }
+  void plan_dx(Context&) override {}
+  Tensor forward(Context&, const Tensor& x) override { return x.reshaped(with_batch(x.shape[0], out_shape_)); }
+  Tensor backward(Context&, const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    return dy.reshaped(with_batch(dy.shape[0], in_shape_));
+  }
+};
+
+class Dropout : public Layer {
+ public:
+  Dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    if (!(cfg.rate >= 0.0 && cfg.rate < 1.0))
+      throw ConfigError(fmt::format("{}: rate must be in [0, 1), got {}", where(cfg), cfg.rate));
+    rate_ = static_cast<float>(cfg.rate);
+    out_shape_ = in;
+    y_ = c.plan(t, in, name() + " output", true);
+    mask_ = c.plan(DType::U8, in, name() + " mask", true);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    applied_ = c.training && rate_ > 0.0f;
+    if (!applied_) return x;
+    const int64_t n = x.shape[0];
+    // One mask stream per (seed, step, layer): reproducible, independent of the other layers.
+    const uint64_t seed = mix64(c.dropout_seed ^ mix64(c.step ^ mix64(static_cast<uint64_t>(index_) + 1)));
+    const Tensor y = y_.at(n);
+    c.be->dropout_forward(x, rate_, seed, 0, mask_.at(n), y);
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    if (!applied_) return dy;
+    const int64_t n = dy.shape[0];
+    const Tensor dx = dx_.at(n);
+    c.be->dropout_backward(dy, mask_.at(n), rate_, dx);
+    return dx;
+  }
+
+ private:
+  float rate_ = 0.5f;
+  bool applied_ = false;
+  Planned y_, mask_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_activation(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
+                                       bool is_last) {
+  return std::make_unique<ActivationLayer>(c, cfg, in, t, depth, is_last);
+}
+
+std::unique_ptr<Layer> make_flatten(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
+  return std::make_unique<Flatten>(c, cfg, in, t, depth);
+}
+
+std::unique_ptr<Layer> make_dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
+  return std::make_unique<Dropout>(c, cfg, in, t, depth);
+}
+
+}  // namespace mpx::nn

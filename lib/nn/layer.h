@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+// The Layer interface of the Model and the context its layers share (backend,
+// arenas, planned buffers, the step's settings). Internal to lib/nn: code
+// outside the module uses nn/model.h only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "core/tensor.h"
+#include "nn/model.h"
+
+namespace mpx::nn {
+
+/// How a parameter is initialized (Keras defaults).
+enum class Init : uint8_t { Glorot, Zeros, Ones };
+
+/// A buffer planned for max_batch rows of a per-sample shape; at(n) is the view of
+/// the first n rows (a partial batch uses the same memory).
+struct Planned {
+  Buffer buf;
+  DType dtype = DType::F32;
+  Shape per_sample;
+  Tensor at(int64_t n) const;
+  bool empty() const { return buf.data() == nullptr; }
+};
+
+/// Shared by every layer of one model.
+struct Context {
+  Backend* be = nullptr;
+  Policy policy = Policy::Float32;
+  int64_t max_batch = 0;
+  DType half = DType::F32;  // the model's 16-bit compute type, F32 while none seen
+  std::string half_layer;   // the layer that fixed `half` (for the mixing error)
+
+  // Parameters: ParamInfo (public) + how to initialize each one.
+  std::vector<ParamInfo> params;
+  std::vector<Init> inits;
+  std::vector<int64_t> fan_in, fan_out;
+  int64_t n_params = 0, n_state = 0;
+  Tensor master, grads, compute_copy, state;  // views of the arenas (set after planning)
+
+  // Shared scratch for weight gradients of 16-bit layers (dw and db, compute dtype).
+  int64_t wgrad_scratch_numel = 0;
+  Buffer wgrad_scratch;
+
+  // Accounting (MemoryReport).
+  size_t activation_bytes = 0, workspace_bytes = 0;
+
+  // The step's settings.
+  bool training = false;
+  uint64_t dropout_seed = 0, step = 0;
+  int next_layer_index = 0;
+
+  /// Allocates [max_batch, per_sample...] of `t`; `kept` says whether backward needs it.
+  Planned plan(DType t, Shape per_sample, const std::string& what, bool kept);
+  /// Allocates a buffer of `numel` elements without a batch dimension.
+  Planned plan_flat(DType t, int64_t numel, const std::string& what, bool kept);
+  /// Registers a parameter; returns its index in `params`.
+  int add_param(const std::string& layer, const std::string& name, Shape shape, bool trainable, Init init,
+                int64_t fan_in = 0, int64_t fan_out = 0);
+  /// The weights a layer of compute dtype `t` reads: the 16-bit copy or the float32 master.
+  Tensor weight(int id, DType t) const;
+  /// The float32 master / gradient / state view of a parameter.
+  Tensor master_of(int id) const;
+  Tensor grad_of(int id) const;
+  Tensor state_of(int id) const;
+  /// A view of the 16-bit weight-gradient scratch at element `offset`.
+  Tensor scratch(DType t, int64_t offset, Shape s) const;
+  void need_scratch(int64_t numel) { wgrad_scratch_numel = std::max(wgrad_scratch_numel, numel); }
+  /// Records that a layer computes in `t`; throws when float16 and bfloat16 mix.
+  void note_dtype(DType t, const LayerConfig& cfg);
+};
+
+/// "layer 'conv2d_1' (conv2d) at model.layers[3], line 7"
+std::string where(const LayerConfig& cfg);
+/// Per-sample shape with a batch dimension in front.
+Shape with_batch(int64_t n, const Shape& per_sample);
+
+/// @brief One layer. Inputs arrive in the layer's compute dtype (the Sequence casts);
+/// outputs leave in it; backward takes dy in it and returns dx in it.
+class Layer {
+ public:
+  Layer(const LayerConfig& cfg, DType dtype, Shape in_shape, int depth, int index)
+      : cfg_(cfg), dtype_(dtype), in_shape_(in_shape), depth_(depth), index_(index) {}
+  virtual ~Layer() = default;
+
+  const std::string& name() const { return cfg_.name; }
+  const std::string& type() const { return cfg_.type; }
+  const LayerConfig& cfg() const { return cfg_; }
+  DType dtype() const { return dtype_; }
+  Shape in_shape() const { return in_shape_; }
+  Shape out_shape() const { return out_shape_; }
+  int depth() const { return depth_; }
+
+  /// x: [n, in_shape] in dtype(); returns [n, out_shape] in dtype().
+  virtual Tensor forward(Context& c, const Tensor& x) = 0;
+  /// dy: [n, out_shape] in dtype(). Writes the weight gradients into the arena and,
+  /// when need_dx, returns dx [n, in_shape] in dtype() (else an empty tensor).
+  virtual Tensor backward(Context& c, const Tensor& dy, bool need_dx) = 0;
+  /// Allocates the input-gradient buffer (normally at build; lazily for the first layer).
+  virtual void plan_dx(Context& c);
+
+  /// Trainable + non-trainable parameter count (nested layers included).
+  virtual int64_t param_count(const Context& c) const;
+  /// Summary rows: this layer, then nested ones.
+  virtual void append_infos(const Context& c, std::vector<LayerInfo>& out) const;
+  /// Every layer in forward execution order (nested ones before their block).
+  virtual void collect(std::vector<Layer*>& out) { out.push_back(this); }
+  /// Parameters of this layer itself (indexes into Context::params).
+  const std::vector<int>& param_ids() const { return param_ids_; }
+
+  /// The tensors of the last step, for the numerics check.
+  Tensor last_out, last_dx;
+
+ protected:
+  LayerConfig cfg_;
+  DType dtype_;
+  Shape in_shape_, out_shape_;
+  int depth_, index_;
+  std::vector<int> param_ids_;
+  Planned dx_;
+  /// Writes dw/db computed by `fn(dw, db)` into the gradient arena: directly for
+  /// float32 layers, through the 16-bit scratch and a cast otherwise.
+  template <typename Fn>
+  void weight_grads(Context& c, int kernel_id, int bias_id, Fn fn);
+};
+
+/// @brief Layers run in order, with casts where consecutive dtypes differ.
+class Sequence {
+ public:
+  /// Builds the layers of `cfgs` for inputs of per-sample `in_shape` arriving in `in_dtype`.
+  /// `inherited_dtype` is the dtype string nested layers fall back on; `last_of_model`
+  /// marks the sequence whose last layer produces the logits; `first_of_model` marks the
+  /// one whose first layer needs no input gradient.
+  void build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_shape, DType in_dtype,
+             const std::string& inherited_dtype, int depth, bool last_of_model, bool first_of_model);
+  /// Appends an already-built layer (the residual projection).
+  void append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx);
+
+  Tensor forward(Context& c, const Tensor& x);
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx);
+
+  bool empty() const { return steps_.empty(); }
+  Shape out_shape() const { return out_shape_; }
+  DType out_dtype() const { return out_dtype_; }
+  Layer& first() { return *steps_.front().layer; }
+  Layer& last() { return *steps_.back().layer; }
+  const Layer& last() const { return *steps_.back().layer; }
+  int64_t param_count(const Context& c) const;
+  void append_infos(const Context& c, std::vector<LayerInfo>& out) const;
+  void collect(std::vector<Layer*>& out);
+  /// Allocates what the first layer needs to return an input gradient.
+  void enable_input_grad(Context& c);
+
+ private:
+  struct Step {
+    std::unique_ptr<Layer> layer;
+    DType in_dtype = DType::F32;  // dtype the input arrives in
+    Planned in_cast;              // input cast to the layer's dtype (when they differ)
+    Planned dx_cast;              // dx cast back to in_dtype (when they differ)
+  };
+  void add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx);
+  std::vector<Step> steps_;
+  Shape in_shape_, out_shape_;
+  DType in_dtype_ = DType::F32, out_dtype_ = DType::F32;
+};
+
+/// @brief Builds one layer from its config (shape checks, parameters, buffers).
+/// `is_last` is true for the top-level layer that produces the logits.
+std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType dtype,
+                                  const std::string& inherited_dtype, int depth, bool is_last, bool need_dx);
+
+// Factories of the individual layer types (one file each).
+std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
+std::unique_ptr<Layer> make_dense(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
+std::unique_ptr<Layer> make_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
+std::unique_ptr<Layer> make_global_avg_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
+std::unique_ptr<Layer> make_activation(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
+                                       bool is_last);
+std::unique_ptr<Layer> make_flatten(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
+std::unique_ptr<Layer> make_dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
+std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
+std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
+                                     const std::string& inherited_dtype, int depth);
+
+/// Maps "linear"/"relu"/"softmax" to the fused activation; throws for softmax unless is_last.
+Activation parse_activation(const LayerConfig& cfg, bool is_last);
+
+// ---- template ----------------------------------------------------------------
+
+template <typename Fn>
+void Layer::weight_grads(Context& c, int kernel_id, int bias_id, Fn fn) {
+  const Tensor dw = c.grad_of(kernel_id);
+  const Tensor db = bias_id >= 0 ? c.grad_of(bias_id) : Tensor();
+  if (dtype_ == DType::F32) {
+    fn(dw, db);
+    return;
+  }
+  const Tensor dw16 = c.scratch(dtype_, 0, dw.shape);
+  const Tensor db16 = bias_id >= 0 ? c.scratch(dtype_, dw.numel(), db.shape) : Tensor();
+  fn(dw16, db16);
+  c.be->cast(dw16, dw);
+  if (bias_id >= 0) c.be->cast(db16, db);
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+// Pooling layers: max_pool / avg_pool (window, stride, Keras padding; average
+// excludes padding) and global_avg_pool ([H, W, C] -> [C]).
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "nn/layer.h"
+
+namespace mpx::nn {
+
+namespace {
+
+void same_pad(int H, int R, int s, int& lo, int& hi) {
+  const int out = (H + s - 1) / s;
+  const int total = std::max((out - 1) * s + R - H, 0);
+  lo = total / 2;
+  hi = total - lo;
+}
+
+class Pool : public Layer {
+ public:
+  Pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    if (in.rank != 3)
+      throw ConfigError(fmt::format("{}: {} needs a per-sample [H, W, C] input, got {}", where(cfg), cfg.type,
+                                    in.str()));
+    p_.kind = cfg.type == "max_pool" ? PoolKind::Max : PoolKind::Avg;
+    p_.R = cfg.pool_h;
+    p_.S = cfg.pool_w;
+    p_.stride_h = cfg.pool_stride_h > 0 ? cfg.pool_stride_h : cfg.pool_h;
+    p_.stride_w = cfg.pool_stride_w > 0 ? cfg.pool_stride_w : cfg.pool_w;
+    if (p_.R <= 0 || p_.S <= 0 || p_.stride_h <= 0 || p_.stride_w <= 0)
+      throw ConfigError(fmt::format("{}: pool size ({}x{}) and strides ({}x{}) must be positive", where(cfg), p_.R,
+                                    p_.S, p_.stride_h, p_.stride_w));
+    const int H = static_cast<int>(in[0]), W = static_cast<int>(in[1]);
+    if (cfg.padding == "same") {
+      same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
+      same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
+    } else if (cfg.padding != "valid") {
+      throw ConfigError(where(cfg) + ": padding must be same or valid, got '" + cfg.padding + "'");
+    }
+    const int P = p_.out_h(H), Q = p_.out_w(W);
+    if (P <= 0 || Q <= 0)
+      throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} pool window", where(cfg), in.str(), p_.R,
+                                    p_.S));
+    out_shape_ = Shape{P, Q, in[2]};
+    y_ = c.plan(t, out_shape_, name() + " output", true);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    x_ = x;
+    const Tensor y = y_.at(x.shape[0]);
+    c.be->pool_forward(p_, x, y);
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    const Tensor dx = dx_.at(dy.shape[0]);
+    c.be->pool_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
+    return dx;
+  }
+
+ private:
+  PoolParams p_;
+  Planned y_;
+  Tensor x_;
+};
+
+class GlobalAvgPool : public Layer {
+ public:
+  GlobalAvgPool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
+      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+    if (in.rank != 3)
+      throw ConfigError(fmt::format("{}: global_avg_pool needs a per-sample [H, W, C] input, got {}", where(cfg),
+                                    in.str()));
+    out_shape_ = Shape{in[2]};
+    y_ = c.plan(t, out_shape_, name() + " output", true);
+  }
+
+  Tensor forward(Context& c, const Tensor& x) override {
+    const Tensor y = y_.at(x.shape[0]);
+    c.be->global_avg_pool_forward(x, y);
+    return y;
+  }
+
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
+    if (!need_dx) return Tensor();
+    const Tensor dx = dx_.at(dy.shape[0]);
+    c.be->global_avg_pool_backward(dy, dx);
+    return dx;
+  }
+
+ private:
+  Planned y_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
+  return std::make_unique<Pool>(c, cfg, in, t, depth);
+}
+
+std::unique_ptr<Layer> make_global_avg_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
+  return std::make_unique<GlobalAvgPool>(c, cfg, in, t, depth);
+}
+
+}  // namespace mpx::nn

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+// The shared plumbing of the layers: the Context (planned buffers, parameter
+// registration, arena views), the Sequence that runs layers with dtype casts
+// between them, and make_layer(), the one place that knows every layer type.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "nn/layer.h"
+
+namespace mpx::nn {
+
+// ---- helpers -------------------------------------------------------------------
+
+std::string where(const LayerConfig& cfg) {
+  std::string s = fmt::format("layer '{}' ({})", cfg.name, cfg.type);
+  if (!cfg.key_path.empty()) s += " at " + cfg.key_path;
+  if (cfg.line > 0) s += fmt::format(", line {}", cfg.line);
+  return s;
+}
+
+Shape with_batch(int64_t n, const Shape& per_sample) {
+  Shape s;
+  s.rank = per_sample.rank + 1;
+  MPX_CHECK(s.rank <= Shape::kMaxRank);
+  s[0] = n;
+  for (int i = 0; i < per_sample.rank; ++i) s[i + 1] = per_sample[i];
+  return s;
+}
+
+Tensor Planned::at(int64_t n) const {
+  return Tensor(buf.data(), dtype, with_batch(n, per_sample));
+}
+
+Activation parse_activation(const LayerConfig& cfg, bool is_last) {
+  if (cfg.activation == "linear" || cfg.activation.empty()) return Activation::None;
+  if (cfg.activation == "relu") return Activation::Relu;
+  if (cfg.activation == "softmax") {
+    if (!is_last)
+      throw ConfigError(where(cfg) +
+                        ": activation softmax is only allowed on the last layer of the model (it is fused into "
+                        "the float32 loss); use relu or linear here");
+    return Activation::None;
+  }
+  throw ConfigError(where(cfg) + ": unknown activation '" + cfg.activation + "' (expected linear, relu or softmax)");
+}
+
+// ---- Context -------------------------------------------------------------------
+
+Planned Context::plan(DType t, Shape per_sample, const std::string& what, bool kept) {
+  Planned p;
+  p.dtype = t;
+  p.per_sample = per_sample;
+  const size_t bytes = static_cast<size_t>(max_batch * per_sample.numel()) * dtype_size(t);
+  p.buf = be->alloc(bytes, what.c_str());
+  (kept ? activation_bytes : workspace_bytes) += bytes;
+  return p;
+}
+
+Planned Context::plan_flat(DType t, int64_t numel, const std::string& what, bool kept) {
+  Planned p;
+  p.dtype = t;
+  p.per_sample = Shape{numel};
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(t);
+  p.buf = be->alloc(bytes, what.c_str());
+  (kept ? activation_bytes : workspace_bytes) += bytes;
+  return p;
+}
+
+int Context::add_param(const std::string& layer, const std::string& name, Shape shape, bool trainable, Init init,
+                       int64_t fi, int64_t fo) {
+  ParamInfo p;
+  p.layer = layer;
+  p.name = name;
+  p.shape = shape;
+  p.trainable = trainable;
+  int64_t& end = trainable ? n_params : n_state;
+  p.offset = end;
+  end += shape.numel();
+  params.push_back(p);
+  inits.push_back(init);
+  fan_in.push_back(fi);
+  fan_out.push_back(fo);
+  return static_cast<int>(params.size()) - 1;
+}
+
+Tensor Context::weight(int id, DType t) const {
+  const ParamInfo& p = params[static_cast<size_t>(id)];
+  MPX_CHECK(p.trainable);
+  if (t == DType::F32) return master.flat_view(p.offset, p.shape);
+  MPX_CHECK(!compute_copy.empty() && compute_copy.dtype == t);
+  return compute_copy.flat_view(p.offset, p.shape);
+}
+
+Tensor Context::master_of(int id) const {
+  const ParamInfo& p = params[static_cast<size_t>(id)];
+  MPX_CHECK(p.trainable);
+  return master.flat_view(p.offset, p.shape);
+}
+
+Tensor Context::grad_of(int id) const {
+  const ParamInfo& p = params[static_cast<size_t>(id)];
+  MPX_CHECK(p.trainable);
+  return grads.flat_view(p.offset, p.shape);
+}
+
+Tensor Context::state_of(int id) const {
+  const ParamInfo& p = params[static_cast<size_t>(id)];
+  MPX_CHECK(!p.trainable);
+  return state.flat_view(p.offset, p.shape);
+}
+
+Tensor Context::scratch(DType t, int64_t offset, Shape s) const {
+  MPX_CHECK(offset + s.numel() <= wgrad_scratch_numel);
+  return Tensor(static_cast<char*>(wgrad_scratch.data()) + static_cast<size_t>(offset) * dtype_size(t), t, s);
+}
+
+void Context::note_dtype(DType t, const LayerConfig& cfg) {
+  if (!is_16bit(t)) return;
+  if (half == DType::F32) {
+    half = t;
+    half_layer = cfg.name;
+    return;
+  }
+  if (half != t)
+    throw ConfigError(fmt::format(
+        "{} computes in {} but layer '{}' computes in {}: a model may not mix float16 and bfloat16 (use one "
+        "16-bit type, or float32 for some layers)",
+        where(cfg), dtype_name(t), half_layer, dtype_name(half)));
+}
+
+// ---- Layer defaults ------------------------------------------------------------
+
+void Layer::plan_dx(Context& c) {
+  if (dx_.empty()) dx_ = c.plan(dtype_, in_shape_, name() + " input gradient", false);
+}
+
+int64_t Layer::param_count(const Context& c) const {
+  int64_t n = 0;
+  for (int id : param_ids_) n += c.params[static_cast<size_t>(id)].shape.numel();
+  return n;
+}
+
+void Layer::append_infos(const Context& c, std::vector<LayerInfo>& out) const {
+  LayerInfo i;
+  i.name = name();
+  i.type = type();
+  i.output_shape = out_shape_;
+  i.params = param_count(c);
+  i.compute_dtype = dtype_;
+  i.variable_dtype = DType::F32;
+  i.depth = depth_;
+  out.push_back(i);
+}
+
+// ---- Sequence ------------------------------------------------------------------
+
+void Sequence::build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_shape, DType in_dtype,
+                     const std::string& inherited_dtype, int depth, bool last_of_model, bool first_of_model) {
+  in_shape_ = out_shape_ = in_shape;
+  in_dtype_ = out_dtype_ = in_dtype;
+  for (size_t i = 0; i < cfgs.size(); ++i) {
+    LayerConfig cfg = cfgs[i];
+    if (cfg.name.empty()) cfg.name = fmt::format("{}_{}", cfg.type, c.next_layer_index);
+    DType t;
+    try {
+      t = compute_dtype_for(c.policy, cfg.dtype.empty() ? inherited_dtype : cfg.dtype);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where(cfg) + ": " + e.what());
+    }
+    c.note_dtype(t, cfg);
+    const bool is_last = last_of_model && i + 1 == cfgs.size();
+    const bool need_dx = !(first_of_model && i == 0);
+    auto layer = make_layer(c, cfg, out_shape_, t, cfg.dtype.empty() ? inherited_dtype : cfg.dtype, depth,
+                            is_last, need_dx);
+    add_step(c, std::move(layer), out_dtype_, need_dx);
+  }
+}
+
+void Sequence::append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx) {
+  if (steps_.empty()) in_dtype_ = out_dtype_ = in_dtype;
+  add_step(c, std::move(layer), in_dtype, need_dx);
+}
+
+void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx) {
+  Step s;
+  s.in_dtype = in_dtype;
+  if (in_dtype != layer->dtype()) {
+    s.in_cast = c.plan(layer->dtype(), layer->in_shape(), layer->name() + " input cast", true);
+    if (need_dx) s.dx_cast = c.plan(in_dtype, layer->in_shape(), layer->name() + " input gradient cast", false);
+  }
+  out_shape_ = layer->out_shape();
+  out_dtype_ = layer->dtype();
+  s.layer = std::move(layer);
+  steps_.push_back(std::move(s));
+}
+
+void Sequence::enable_input_grad(Context& c) {
+  if (steps_.empty()) return;
+  Step& s = steps_.front();
+  s.layer->plan_dx(c);
+  if (s.in_dtype != s.layer->dtype() && s.dx_cast.empty())
+    s.dx_cast = c.plan(s.in_dtype, s.layer->in_shape(), s.layer->name() + " input gradient cast", false);
+}
+
+Tensor Sequence::forward(Context& c, const Tensor& x) {
+  const int64_t n = x.shape[0];
+  Tensor h = x;
+  for (Step& s : steps_) {
+    if (!s.in_cast.empty()) {
+      const Tensor t = s.in_cast.at(n);
+      c.be->cast(h, t);
+      h = t;
+    }
+    h = s.layer->forward(c, h);
+    s.layer->last_out = h;
+  }
+  return h;
+}
+
+Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
+  const int64_t n = dy.shape[0];
+  Tensor g = dy;
+  for (size_t i = steps_.size(); i-- > 0;) {
+    Step& s = steps_[i];
+    const bool nd = need_dx || i > 0;
+    g = s.layer->backward(c, g, nd);
+    s.layer->last_dx = g;
+    if (!nd) return Tensor();
+    if (s.in_dtype != s.layer->dtype()) {
+      const Tensor t = s.dx_cast.at(n);
+      c.be->cast(g, t);
+      g = t;
+    }
+  }
+  return g;
+}
+
+int64_t Sequence::param_count(const Context& c) const {
+  int64_t n = 0;
+  for (const Step& s : steps_) n += s.layer->param_count(c);
+  return n;
+}
+
+void Sequence::append_infos(const Context& c, std::vector<LayerInfo>& out) const {
+  for (const Step& s : steps_) s.layer->append_infos(c, out);
+}
+
+void Sequence::collect(std::vector<Layer*>& out) {
+  for (Step& s : steps_) s.layer->collect(out);
+}
+
+// ---- make_layer ------------------------------------------------------------------
+
+std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, DType t,
+                                  const std::string& inherited_dtype, int depth, bool is_last, bool need_dx) {
+  std::unique_ptr<Layer> l;
+  const std::string& ty = cfg.type;
+  if (ty != "activation" && ty != "conv2d" && ty != "dense") parse_activation(cfg, is_last);  // defaults: linear
+  if (ty == "conv2d") l = make_conv2d(c, cfg, in, t, depth, is_last);
+  else if (ty == "dense") l = make_dense(c, cfg, in, t, depth, is_last);
+  else if (ty == "max_pool" || ty == "avg_pool") l = make_pool(c, cfg, in, t, depth);
+  else if (ty == "global_avg_pool") l = make_global_avg_pool(c, cfg, in, t, depth);
+  else if (ty == "activation") l = make_activation(c, cfg, in, t, depth, is_last);
+  else if (ty == "flatten") l = make_flatten(c, cfg, in, t, depth);
+  else if (ty == "dropout") l = make_dropout(c, cfg, in, t, depth);
+  else if (ty == "batch_norm") l = make_batch_norm(c, cfg, in, t, depth);
+  else if (ty == "residual") l = make_residual(c, cfg, in, t, inherited_dtype, depth);
+  else
+    throw ConfigError(where(cfg) + ": unknown layer type '" + ty +
+                      "' (expected conv2d, dense, activation, max_pool, avg_pool, global_avg_pool, flatten, "
+                      "dropout, batch_norm or residual)");
+  if (need_dx) l->plan_dx(c);
+  return l;
+}
+
+}  // namespace mpx::nn
