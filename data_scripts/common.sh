@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Shared helpers of the get_*.sh scripts (sourced, not run): argument parsing,
 # mirror lookup, downloads, checksums and IDX header checks.
 

@@ -85,7 +85,7 @@ for name in "${todo[@]}"; do
     [[ -n "$from" ]] || die "$src/$name(.gz) not found"
     suffix=""; [[ "$from" == *.gz ]] && suffix=.gz
     tmp="$TARGET/.part-$name$suffix"
-    cp -L -- "$from" "$tmp" && chmod 644 -- "$tmp" || die "cannot copy $from to $TARGET"
+    { cp -L -- "$from" "$tmp" && chmod 644 -- "$tmp"; } || die "cannot copy $from to $TARGET"
     if ! why=$(verified "$tmp" "$name"); then
       rm -f -- "$tmp"
       die "$from is not a valid Fashion-MNIST $name: $why"

@@ -57,7 +57,7 @@ for name in "${todo[@]}"; do
     [[ -n "$from" ]] || die "$src/$name(.gz) not found in the mirror"
     suffix=""; [[ "$from" == *.gz ]] && suffix=.gz
     tmp="$TARGET/.part-$name$suffix"
-    cp -- "$from" "$tmp" && chmod 644 -- "$tmp" || die "cannot copy $from to $TARGET"
+    { cp -- "$from" "$tmp" && chmod 644 -- "$tmp"; } || die "cannot copy $from to $TARGET"
     if ! verified "$tmp" "$name"; then
       rm -f -- "$tmp"
       die "$from does not match the official SHA-256 of $name (${SHA[$name]}); the mirror copy is corrupt"
