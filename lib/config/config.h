@@ -17,6 +17,9 @@ const char* policy_name(Policy p);  // "float32", "mixed_float16", "mixed_bfloat
 
 enum class LossScaleMode { Dynamic, Fixed, None };
 const char* loss_scale_mode_name(LossScaleMode m);
+/// The inverse of policy_name / loss_scale_mode_name; nullopt for an unknown name.
+std::optional<Policy> parse_policy(const std::string& s);
+std::optional<LossScaleMode> parse_loss_scale_mode(const std::string& s);
 
 struct LossScaleConfig {
   /// Unset in the YAML: dynamic for mixed_float16, none otherwise (resolved by
@@ -54,7 +57,7 @@ struct DataConfig {
 /// One layer of `model.layers`. Fields that do not apply to the type keep their defaults.
 struct LayerConfig {
   std::string type;  // conv2d dense activation max_pool avg_pool global_avg_pool flatten dropout batch_norm residual
-  std::string name;  // default: <type>_<index> (Keras-style, unique)
+  std::string name;  // default (Keras style): <type>, then <type>_1, <type>_2, ... unique over the model
   std::string dtype;  // "" = model policy; else float32 | mixed_float16 | mixed_bfloat16 (float16/bfloat16 accepted)
   // conv2d / dense
   int64_t filters = 0;  // conv2d
@@ -66,7 +69,7 @@ struct LayerConfig {
   std::string activation = "linear";  // linear | relu | softmax
   // pools
   int pool_h = 2, pool_w = 2;
-  int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size
+  int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size (the loader always fills them in)
   // dropout
   double rate = 0.5;
   // batch_norm
@@ -136,6 +139,11 @@ struct Config {
   /// Where it was loaded from ("" for strings), for messages.
   std::string source;
 };
+
+/// The valid `type:` values of a layer, and the keys each type accepts
+/// (aliases included: stride, size).
+const std::vector<std::string>& layer_types();
+const std::vector<std::string>& layer_keys(const std::string& type);
 
 /// @brief Loads and validates a YAML config file, applying `overrides`
 /// ("key.path=value", as from --set) before validation. Throws ConfigError.
