@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// Numerical gradient checks of every layer type through the whole Model on the
+// CPU backend (float32 policy): central differences of sum(proj * logits) with
+// respect to the master weights and the input, against backward().
+//
+// Tolerance: 1e-2 relative to max(|analytic|, |numeric|, 1) with a step of 5e-3.
+// The forward runs in float32, so each objective carries rounding noise of about
+// 1e-7 * |objective| (~1e-6 here); divided by 2*step that is ~1e-4, and the
+// truncation error of the central difference (step^2 * f''' / 6) is ~1e-5 for
+// these smooth pieces: 1e-2 leaves room for both yet catches any wrong formula
+// (a missing factor, a transposed kernel or a dropped term is an O(1) error).
+#include <catch2/catch.hpp>
+
+#include "backend/backend.h"
+#include "nn/model.h"
+#include "support/gradcheck.h"
+
+using namespace mpx;
+using support::conv_layer;
+using support::dense_layer;
+using support::make_layer;
+using support::pool_layer;
+using support::residual_layer;
+
+namespace {
+
+// Builds a float32 model for inputs [H, W, C], initializes it, checks it on a batch of n.
+void run_check(std::vector<LayerConfig> layers, int H, int W, int C, int classes, int n, bool kinks,
+               uint64_t seed = 5, double lo = -1.0, double hi = 1.0) {
+  auto be = create_backend("cpu");
+  Model m(support::model_config(std::move(layers)), Policy::Float32, *be, H, W, C, classes, n + 1);
+  m.init_params(seed);
+  const std::vector<float> x = support::random_vec(static_cast<size_t>(n * H * W * C), seed * 31 + 1, lo, hi);
+  support::GradCheckOptions o;
+  o.kinks = kinks;
+  o.seed = seed;
+  const auto r = support::gradcheck_model(m, *be, x, Shape{n, H, W, C}, o);
+  INFO("checked " << r.checked << " skipped " << r.skipped << " max error " << r.max_error << " "
+                  << r.first_failure);
+  CHECK(r.failed == 0);
+  CHECK(r.checked > 0);
+  CHECK(r.skipped <= r.checked / 5);  // kinks are rare with random inputs
+}
+
+}  // namespace
+
+TEST_CASE("gradcheck: dense (linear and relu) and flatten", "[nn][gradcheck]") {
+  run_check({make_layer("flatten"), dense_layer(6, "relu"), dense_layer(3)}, 2, 2, 2, 3, 3, true);
+}
+
+TEST_CASE("gradcheck: dense with softmax on the last layer (identity, fused in the loss)", "[nn][gradcheck]") {
+  run_check({make_layer("flatten"), dense_layer(4, "softmax")}, 1, 3, 2, 4, 2, false);
+}
+
+TEST_CASE("gradcheck: conv2d valid with bias and fused relu", "[nn][gradcheck]") {
+  run_check({conv_layer(3, 3, 1, "valid", "relu"), make_layer("flatten"), dense_layer(3)}, 5, 5, 2, 3, 2, true);
+}
+
+TEST_CASE("gradcheck: conv2d stride 2 same padding (asymmetric pad on H)", "[nn][gradcheck]") {
+  // H=6, k=3, s=2: out 3, total pad 1 -> top 0 / bottom 1; W=5: out 3, total 2 -> 1 / 1.
+  run_check({conv_layer(3, 3, 2, "same"), make_layer("flatten"), dense_layer(2)}, 6, 5, 2, 2, 2, false);
+}
+
+TEST_CASE("gradcheck: conv2d even kernel same padding, no bias", "[nn][gradcheck]") {
+  LayerConfig c = conv_layer(2, 2, 1, "same");
+  c.use_bias = false;
+  run_check({c, make_layer("flatten"), dense_layer(2)}, 4, 3, 2, 2, 2, false);
+}
+
+TEST_CASE("gradcheck: activation relu layer", "[nn][gradcheck]") {
+  LayerConfig a = make_layer("activation");
+  a.activation = "relu";
+  run_check({conv_layer(3, 2), a, make_layer("flatten"), dense_layer(2)}, 4, 4, 1, 2, 2, true);
+}
+
+TEST_CASE("gradcheck: max_pool (kinks skipped)", "[nn][gradcheck]") {
+  run_check({conv_layer(2, 2), pool_layer("max_pool", 2), make_layer("flatten"), dense_layer(3)}, 5, 5, 2, 3, 2,
+            true);
+}
+
+TEST_CASE("gradcheck: max_pool same padding, stride 1", "[nn][gradcheck]") {
+  run_check({pool_layer("max_pool", 2, 1, "same"), make_layer("flatten"), dense_layer(2)}, 3, 3, 2, 2, 2, true);
+}
+
+TEST_CASE("gradcheck: avg_pool valid and same padding", "[nn][gradcheck]") {
+  run_check({conv_layer(2, 2), pool_layer("avg_pool", 2), make_layer("flatten"), dense_layer(2)}, 5, 5, 1, 2, 2,
+            false);
+  run_check({pool_layer("avg_pool", 3, 2, "same"), make_layer("flatten"), dense_layer(2)}, 4, 5, 2, 2, 2, false);
+}
+
+TEST_CASE("gradcheck: global_avg_pool", "[nn][gradcheck]") {
+  run_check({conv_layer(4, 3), make_layer("global_avg_pool"), dense_layer(3)}, 5, 4, 2, 3, 2, false);
+}
+
+TEST_CASE("gradcheck: batch_norm in training mode (conv and dense inputs)", "[nn][gradcheck]") {
+  run_check({conv_layer(3, 2), make_layer("batch_norm"), make_layer("flatten"), dense_layer(2)}, 3, 3, 2, 2, 3,
+            false);
+  run_check({make_layer("flatten"), dense_layer(4), make_layer("batch_norm"), dense_layer(2)}, 2, 2, 1, 2, 4, false);
+}
+
+TEST_CASE("gradcheck: dropout with a fixed seed", "[nn][gradcheck]") {
+  LayerConfig d = make_layer("dropout");
+  d.rate = 0.4;
+  run_check({make_layer("flatten"), dense_layer(8), d, dense_layer(3)}, 2, 2, 2, 3, 3, false);
+}
+
+TEST_CASE("gradcheck: residual without projection", "[nn][gradcheck]") {
+  run_check({conv_layer(3, 3, 1, "same"),
+             residual_layer({conv_layer(3, 3, 1, "same", "relu"), conv_layer(3, 3, 1, "same")}),
+             make_layer("global_avg_pool"), dense_layer(2)},
+            4, 4, 2, 2, 2, true);
+}
+
+TEST_CASE("gradcheck: residual with a strided 1x1 projection and batch_norm", "[nn][gradcheck]") {
+  run_check({residual_layer({conv_layer(4, 3, 2, "same"), make_layer("batch_norm")}), make_layer("flatten"),
+             dense_layer(2)},
+            5, 5, 2, 2, 3, false);
+}
