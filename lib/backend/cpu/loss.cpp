@@ -36,8 +36,8 @@ void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float gra
       }
     float s = 0.0f;
     for (int64_t k = 0; k < K; ++k) s += std::exp(zi[k] - m);
-    const float lse = m + std::log(s);
-    loss += static_cast<double>(lse - zi[y]);
+    // -log p[y] = log(s) + (m - z[y]): no large lse minus large logit.
+    loss += static_cast<double>(std::log(s) + (m - zi[y]));
     correct += arg == y ? 1.0 : 0.0;
     if (dz) {
       const float inv = 1.0f / s;
