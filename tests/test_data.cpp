@@ -5,6 +5,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
@@ -199,6 +202,19 @@ TEST_CASE("cifar10: the shared subset loads, NHWC from the plane-major records",
   const Dataset t3 = load_dataset(lim, Split::Test, 1);
   CHECK(t3.size() == 3);
   CHECK(std::equal(t3.images.begin(), t3.images.end(), test.images.begin()));
+}
+
+TEST_CASE("cifar10: an info line says how many training records were found", "[data][cifar]") {
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  auto logger = spdlog::default_logger();
+  logger->sinks().push_back(ring);
+  const auto n = load_dataset(cfg_for("cifar10", kShared + "/cifar10-subset"), Split::Train, 1).size();
+  logger->sinks().pop_back();
+  CHECK(n == 10000);
+  std::string all;
+  for (const auto& l : ring->last_formatted()) all += l;
+  CHECK_THAT(all, Catch::Contains("[info]"));
+  CHECK_THAT(all, Catch::Contains("10000 training records in 1 of 5 batch files"));
 }
 
 TEST_CASE("cifar10: all present data_batch_N.bin files are used, in order", "[data][cifar]") {
