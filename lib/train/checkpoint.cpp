@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: MIT
+// Checkpoint writer and verifying reader (format in checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "train/run_dir.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace mpx {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'P', 'X', 'C', 'K', 'P', 'T', '\0'};
+
+uint32_t crc32_of(const void* data, size_t bytes) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    c = crc32(c, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+void put_u32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint32_t get_u32(const unsigned char* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+double number_or_inf(const json& j) {
+  return j.is_null() ? std::numeric_limits<double>::infinity() : j.get<double>();
+}
+
+json header_to_json(const CheckpointHeader& h) {
+  json j;
+  j["config_name"] = h.config_name;
+  j["policy"] = h.policy;
+  j["device"] = h.device;
+  j["optimizer"] = h.optimizer;
+  j["dataset"] = h.dataset;
+  j["seed"] = h.seed;
+  j["batch_size"] = h.batch_size;
+  j["num_params"] = h.num_params;
+  j["num_state"] = h.num_state;
+  j["epoch"] = h.epoch;
+  j["step_in_epoch"] = h.step_in_epoch;
+  j["global_step"] = h.global_step;
+  j["applied_updates"] = h.applied_updates;
+  j["scaler"] = {{"scale", h.scaler.scale},
+                 {"good_steps", h.scaler.good_steps},
+                 {"skipped_total", h.scaler.skipped_total},
+                 {"consecutive_skips", h.scaler.consecutive_skips},
+                 {"last_skip_reason", skip_reason_name(h.scaler.last_skip_reason)}};
+  j["schedule"] = {{"plateau_lr", h.schedule.plateau_lr},
+                   {"best", finite_or_null(h.schedule.best)},
+                   {"wait", h.schedule.wait},
+                   {"cooldown_counter", h.schedule.cooldown_counter}};
+  j["best_test_accuracy"] = h.best_test_accuracy;
+  j["last_test_accuracy"] = h.last_test_accuracy;
+  j["last_test_loss"] = finite_or_null(h.last_test_loss);
+  j["epoch_loss_sum"] = finite_or_null(h.epoch_loss_sum);
+  j["epoch_correct"] = h.epoch_correct;
+  j["epoch_count"] = h.epoch_count;
+  j["epoch_skipped"] = h.epoch_skipped;
+  j["wall_seconds"] = h.wall_seconds;
+  j["final_train_loss"] = finite_or_null(h.final_train_loss);
+  j["final_train_accuracy"] = h.final_train_accuracy;
+  return j;
+}
+
+CheckpointHeader header_from_json(const json& j) {
+  CheckpointHeader h;
+  h.config_name = j.at("config_name").get<std::string>();
+  h.policy = j.at("policy").get<std::string>();
+  h.device = j.at("device").get<std::string>();
+  h.optimizer = j.at("optimizer").get<std::string>();
+  h.dataset = j.at("dataset").get<std::string>();
+  h.seed = j.at("seed").get<uint64_t>();
+  h.batch_size = j.at("batch_size").get<int64_t>();
+  h.num_params = j.at("num_params").get<int64_t>();
+  h.num_state = j.at("num_state").get<int64_t>();
+  h.epoch = j.at("epoch").get<int64_t>();
+  h.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
+  h.global_step = j.at("global_step").get<int64_t>();
+  h.applied_updates = j.at("applied_updates").get<int64_t>();
+  const json& s = j.at("scaler");
+  h.scaler.scale = s.at("scale").get<double>();
+  h.scaler.good_steps = s.at("good_steps").get<int64_t>();
+  h.scaler.skipped_total = s.at("skipped_total").get<int64_t>();
+  h.scaler.consecutive_skips = s.at("consecutive_skips").get<int64_t>();
+  h.scaler.last_skip_reason = parse_skip_reason(s.at("last_skip_reason").get<std::string>());
+  const json& sc = j.at("schedule");
+  h.schedule.plateau_lr = sc.at("plateau_lr").get<double>();
+  h.schedule.best = number_or_inf(sc.at("best"));
+  h.schedule.wait = sc.at("wait").get<int64_t>();
+  h.schedule.cooldown_counter = sc.at("cooldown_counter").get<int64_t>();
+  h.best_test_accuracy = j.at("best_test_accuracy").get<double>();
+  h.last_test_accuracy = j.at("last_test_accuracy").get<double>();
+  h.last_test_loss = j.at("last_test_loss").is_null() ? 0.0 : j.at("last_test_loss").get<double>();
+  h.epoch_loss_sum = number_or_inf(j.at("epoch_loss_sum"));
+  h.epoch_correct = j.at("epoch_correct").get<int64_t>();
+  h.epoch_count = j.at("epoch_count").get<int64_t>();
+  h.epoch_skipped = j.at("epoch_skipped").get<int64_t>();
+  h.wall_seconds = j.at("wall_seconds").get<double>();
+  h.final_train_loss = number_or_inf(j.at("final_train_loss"));
+  h.final_train_accuracy = j.at("final_train_accuracy").get<double>();
+  return h;
+}
+
+struct SectionRef {
+  const char* name;
+  const std::vector<float>* data;
+};
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Checkpoint& c) {
+  MPX_CHECK(static_cast<int64_t>(c.master.size()) == c.header.num_params);
+  MPX_CHECK(static_cast<int64_t>(c.state.size()) == c.header.num_state);
+  const SectionRef sections[] = {{"master", &c.master}, {"state", &c.state}, {"opt1", &c.opt1}, {"opt2", &c.opt2}};
+
+  // The header holds every section's offset, which depends on the header's own
+  // length: lay it out with placeholder offsets, then fix them (the width of the
+  // offsets can change the length, so iterate until it is stable).
+  json j = header_to_json(c.header);
+  j["format"] = "mpx checkpoint";
+  std::string text;
+  uint64_t base = 0;
+  for (int iter = 0; iter < 4; ++iter) {
+    json secs = json::array();
+    uint64_t off = base;
+    for (const auto& s : sections) {
+      secs.push_back({{"name", s.name},
+                      {"offset", off},
+                      {"count", s.data->size()},
+                      {"crc32", crc32_of(s.data->data(), s.data->size() * sizeof(float))}});
+      off += s.data->size() * sizeof(float);
+    }
+    j["sections"] = secs;
+    text = j.dump();
+    const uint64_t want = 20 + text.size();
+    if (want == base) break;
+    base = want;
+  }
+  MPX_CHECK(base == 20 + text.size());
+
+  std::string head(kMagic, sizeof kMagic);
+  put_u32(head, kCheckpointVersion);
+  put_u32(head, static_cast<uint32_t>(text.size()));
+  head += text;
+  put_u32(head, crc32_of(text.data(), text.size()));
+
+  write_file_atomic(path, [&](std::FILE* f) {
+    auto put = [&](const void* p, size_t n) {
+      if (n > 0 && std::fwrite(p, 1, n, f) != n)
+        throw Error("cannot write checkpoint '" + path + "': " + std::strerror(errno));
+    };
+    put(head.data(), head.size());
+    for (const auto& s : sections) put(s.data->data(), s.data->size() * sizeof(float));
+  });
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("cannot open checkpoint '" + path + "': " + std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const uint64_t size = bytes.size();
+  auto corrupt = [&](uint64_t offset, const std::string& what) {
+    return DataError(fmt::format("checkpoint '{}' is corrupt at byte offset {}: {} (the file is damaged; "
+                                 "use another checkpoint, e.g. best.ckpt, or start a new run)",
+                                 path, offset, what));
+  };
+  auto truncated = [&](uint64_t need, const std::string& what) {
+    return DataError(fmt::format("checkpoint '{}' is truncated: it ends at byte offset {} but {} needs {} bytes "
+                                 "(an interrupted copy? use another checkpoint, e.g. best.ckpt)",
+                                 path, size, what, need));
+  };
+  if (size < 16) throw truncated(16, "the fixed header");
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    throw corrupt(0, "no MPXCKPT magic (not an mpx checkpoint)");
+  const uint32_t version = get_u32(p + 8);
+  if (version != kCheckpointVersion)
+    throw corrupt(8, fmt::format("format version {} (this mpx reads version {})", version, kCheckpointVersion));
+  const uint64_t hlen = get_u32(p + 12);
+  if (size < 20 + hlen) throw truncated(20 + hlen, "the header");
+  const std::string text = bytes.substr(16, hlen);
+  const uint32_t stored_crc = get_u32(p + 16 + hlen);
+  if (crc32_of(text.data(), text.size()) != stored_crc)
+    throw corrupt(16, fmt::format("the header (bytes 16..{}) fails its CRC32 check", 16 + hlen));
+
+  Checkpoint c;
+  json j;
+  try {
+    j = json::parse(text);
+    c.header = header_from_json(j);
+  } catch (const json::exception& e) {
+    throw corrupt(16, std::string("unreadable header: ") + e.what());
+  }
+  std::vector<float>* dst[] = {&c.master, &c.state, &c.opt1, &c.opt2};
+  const char* names[] = {"master", "state", "opt1", "opt2"};
+  const json& secs = j.at("sections");
+  if (!secs.is_array() || secs.size() != 4) throw corrupt(16, "the header does not list the 4 sections");
+  uint64_t off = 20 + hlen;
+  for (size_t i = 0; i < 4; ++i) {
+    const json& s = secs[i];
+    uint64_t count = 0, soff = 0;
+    uint32_t crc = 0;
+    try {
+      if (s.at("name").get<std::string>() != names[i]) throw corrupt(16, "unexpected section order");
+      count = s.at("count").get<uint64_t>();
+      soff = s.at("offset").get<uint64_t>();
+      crc = s.at("crc32").get<uint32_t>();
+    } catch (const json::exception& e) {
+      throw corrupt(16, std::string("unreadable section table: ") + e.what());
+    }
+    if (soff != off) throw corrupt(16, fmt::format("section '{}' at offset {}, expected {}", names[i], soff, off));
+    const uint64_t nbytes = count * sizeof(float);
+    if (count > size || off + nbytes > size)
+      throw truncated(off + nbytes, fmt::format("section '{}' (offset {}, {} float32)", names[i], off, count));
+    if (crc32_of(p + off, nbytes) != crc)
+      throw corrupt(off, fmt::format("section '{}' (bytes {}..{}) fails its CRC32 check", names[i], off, off + nbytes));
+    dst[i]->resize(count);
+    if (nbytes > 0) std::memcpy(dst[i]->data(), p + off, nbytes);
+    off += nbytes;
+  }
+  if (off != size) throw corrupt(off, fmt::format("{} unexpected bytes after the last section", size - off));
+  if (static_cast<int64_t>(c.master.size()) != c.header.num_params ||
+      static_cast<int64_t>(c.state.size()) != c.header.num_state)
+    throw corrupt(16, "section sizes disagree with num_params/num_state");
+  return c;
+}
+
+std::string resolve_checkpoint_path(const std::string& arg) {
+  std::error_code ec;
+  const fs::path p(arg);
+  if (fs::is_regular_file(p, ec)) return p.string();
+  if (fs::is_directory(p, ec)) {
+    if (fs::is_regular_file(p / "checkpoints" / "last.ckpt", ec)) return (p / "checkpoints" / "last.ckpt").string();
+    if (fs::is_regular_file(p / "last.ckpt", ec)) return (p / "last.ckpt").string();
+    throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory?)");
+  }
+  throw ConfigError("--resume '" + arg + "': no such file or run directory");
+}
+
+}  // namespace mpx

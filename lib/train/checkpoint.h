@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+// The checkpoint file: everything a run needs to continue bit-exactly (float32
+// master weights, batch-norm state, optimizer state, loss-scaler and schedule
+// state, position in the data), in one self-checking binary file.
+//
+// Format (version 1, little-endian):
+//   offset 0      8 bytes  magic "MPXCKPT\0"
+//   offset 8      u32      format version (1)
+//   offset 12     u32      H: length of the header
+//   offset 16     H bytes  header, UTF-8 JSON (fields of CheckpointHeader, plus
+//                          "sections": [{name, offset, count, crc32}])
+//   offset 16+H   u32      CRC32 (zlib) of the header bytes
+//   offset 20+H   sections, contiguous, in header order, each `count` float32:
+//                 master, state, opt1, opt2 (empty ones have count 0)
+//   file size = 20 + H + 4 * sum(count); each section's CRC32 is in the header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/loss_scaler.h"
+#include "train/schedule.h"
+
+namespace mpx {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct CheckpointHeader {
+  std::string config_name, policy, device, optimizer, dataset;
+  uint64_t seed = 0;
+  int64_t batch_size = 0;
+  int64_t num_params = 0, num_state = 0;
+  // Position: the next step to run is batch `step_in_epoch` of epoch `epoch` (0-based).
+  int64_t epoch = 0, step_in_epoch = 0, global_step = 0;
+  int64_t applied_updates = 0;  // Adam's t counts these
+  LossScalerState scaler;
+  ScheduleState schedule;
+  double best_test_accuracy = 0;
+  double last_test_accuracy = 0, last_test_loss = 0;
+  // The running sums of the current (partial) epoch, so its train loss/accuracy continue exactly.
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0, epoch_count = 0, epoch_skipped = 0;
+  double wall_seconds = 0;      // training time before this checkpoint
+  double final_train_loss = 0, final_train_accuracy = 0;
+};
+
+struct Checkpoint {
+  CheckpointHeader header;
+  std::vector<float> master;  // num_params
+  std::vector<float> state;   // num_state (batch-norm moving statistics)
+  std::vector<float> opt1;    // Adam m / SGD momentum (empty when the optimizer keeps none)
+  std::vector<float> opt2;    // Adam v (empty for SGD)
+};
+
+/// Writes `c` to `path` atomically (temp file, fsync, rename, fsync folder). Throws Error.
+void save_checkpoint(const std::string& path, const Checkpoint& c);
+
+/**
+ * @brief Reads and verifies a checkpoint: magic, version, header, sizes and
+ * every CRC32. Throws DataError (exit 3) naming the file and the byte offset
+ * for a missing, truncated or corrupt file.
+ */
+Checkpoint load_checkpoint(const std::string& path);
+
+/// `--resume` argument -> checkpoint file: a file as is; a run directory ->
+/// DIR/checkpoints/last.ckpt; a checkpoints folder -> DIR/last.ckpt.
+/// Throws ConfigError when nothing is there.
+std::string resolve_checkpoint_path(const std::string& dir_or_file);
+
+}  // namespace mpx

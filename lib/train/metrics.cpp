@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// metrics.jsonl and summary.json writers.
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "train/run_dir.h"
+
+using nlohmann::json;
+
+namespace mpx {
+
+json json_number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
+  f_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+  if (!f_) throw Error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+namespace {
+// JSON has no inf/NaN; nlohmann writes them as null already, but make it explicit
+// (and independent of the library version) for every number in the record.
+void sanitize(json& j) {
+  if (j.is_number_float()) {
+    if (!std::isfinite(j.get<double>())) j = nullptr;
+  } else if (j.is_structured()) {
+    for (auto& v : j) sanitize(v);
+  }
+}
+}  // namespace
+
+void MetricsWriter::write(const json& record) {
+  if (!f_) return;
+  json r = record;
+  sanitize(r);
+  const std::string line = r.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
+    throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+}
+
+json to_json(const MemoryReport& m) {
+  return json{{"activation_bytes", m.activation_bytes}, {"workspace_bytes", m.workspace_bytes},
+              {"master_bytes", m.master_bytes},         {"compute_copy_bytes", m.compute_copy_bytes},
+              {"grad_bytes", m.grad_bytes},             {"state_bytes", m.state_bytes}};
+}
+
+json to_json(const TrainResult& r) {
+  json j;
+  j["status"] = r.status;
+  j["exit_code"] = r.exit_code;
+  j["message"] = r.message;
+  j["epochs"] = r.epochs;
+  j["steps"] = r.steps;
+  j["final_test_accuracy"] = json_number(r.final_test_accuracy);
+  j["best_test_accuracy"] = json_number(r.best_test_accuracy);
+  j["final_test_loss"] = json_number(r.final_test_loss);
+  j["final_train_loss"] = json_number(r.final_train_loss);
+  j["final_train_accuracy"] = json_number(r.final_train_accuracy);
+  j["images_per_sec"] = json_number(r.images_per_sec);
+  j["wall_seconds"] = json_number(r.wall_seconds);
+  j["skipped_steps"] = r.skipped_steps;
+  j["final_loss_scale"] = json_number(r.final_loss_scale);
+  j["last_skip_reason"] = r.last_skip_reason;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["policy"] = r.policy;
+  j["device"] = r.device;
+  j["eval_policy"] = r.eval_policy;
+  json mem = to_json(r.memory);
+  mem["optimizer_state_bytes"] = r.optimizer_state_bytes;
+  j["memory"] = mem;
+  j["optimizer_state_bytes"] = r.optimizer_state_bytes;
+  j["run_dir"] = r.run_dir;
+  return j;
+}
+
+void write_summary(const std::string& path, const TrainResult& r) {
+  json j = to_json(r);
+  sanitize(j);
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+}  // namespace mpx

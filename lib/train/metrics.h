@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// The machine-readable records of a run: metrics.jsonl (one JSON object per
+// line, flushed as written) and summary.json (written atomically).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/trainer.h"
+
+namespace mpx {
+
+/// @brief Appends JSON objects to metrics.jsonl, one per line, flushed each line.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  /// Opens `path` for appending (`append`) or truncates it. Throws Error.
+  MetricsWriter(const std::string& path, bool append);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  bool is_open() const { return f_ != nullptr; }
+  /// One line; non-finite numbers are written as null (JSON has no inf/NaN).
+  void write(const nlohmann::json& record);
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+/// Every TrainResult field (summary.json); non-finite numbers become null.
+nlohmann::json to_json(const TrainResult& r);
+nlohmann::json to_json(const MemoryReport& m);
+/// Writes summary.json atomically (pretty-printed).
+void write_summary(const std::string& path, const TrainResult& r);
+
+/// A double that JSON can hold: itself, or null when inf/NaN.
+nlohmann::json json_number(double v);
+
+}  // namespace mpx

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// Run directory helpers: naming, creation, atomic writes, the train.log sink.
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace mpx {
+
+std::string default_run_dir(const std::string& name) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  const std::string base = "runs/" + (name.empty() ? std::string("run") : name) + "-" + stamp;
+  std::string dir = base;
+  for (int i = 2; fs::exists(dir); ++i) dir = base + "-" + std::to_string(i);
+  return dir;
+}
+
+void create_run_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "checkpoints", ec);
+  if (ec) throw Error("cannot create the run directory '" + dir + "': " + ec.message());
+}
+
+namespace {
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: some file systems refuse to open folders
+  ::fsync(fd);
+  ::close(fd);
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  const fs::path target(path);
+  const fs::path folder = target.parent_path();
+  const fs::path tmp = folder / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
+  try {
+    write(f);
+    if (std::fflush(f) != 0 || std::ferror(f)) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
+    if (::fsync(::fileno(f)) != 0) throw Error("cannot fsync '" + tmp.string() + "': " + std::strerror(errno));
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::fclose(f) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("cannot close '" + tmp.string() + "': " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error("cannot rename '" + tmp.string() + "' to '" + path + "': " + why);
+  }
+  fsync_dir(folder);
+}
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  write_file_atomic(path, [&](std::FILE* f) {
+    if (!contents.empty() && std::fwrite(contents.data(), 1, contents.size(), f) != contents.size())
+      throw Error("cannot write '" + path + "': " + std::strerror(errno));
+  });
+}
+
+LogFileSink::LogFileSink(const std::string& path) {
+  try {
+    auto s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+    s->set_level(spdlog::level::info);
+    s->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+    sink_ = s;
+  } catch (const spdlog::spdlog_ex& e) {
+    throw Error("cannot open the log file '" + path + "': " + e.what());
+  }
+  spdlog::default_logger()->sinks().push_back(sink_);
+}
+
+LogFileSink::~LogFileSink() {
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  try {
+    sink_->flush();
+  } catch (...) {
+  }
+}
+
+void LogFileSink::flush() { sink_->flush(); }
+
+}  // namespace mpx

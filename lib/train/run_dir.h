@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// The run directory and its files: creating runs/<name>-<timestamp>, atomic
+// file replacement (temp file in the same folder, fsync, rename, fsync the
+// folder) for summary.json and checkpoints, and the train.log sink.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace spdlog { namespace sinks { class sink; } }
+
+namespace mpx {
+
+/// "runs/<name>-<YYYYmmdd-HHMMSS>" (local time), with "-2", "-3"... when it exists.
+std::string default_run_dir(const std::string& name);
+
+/// Creates `dir` and its parents (and dir/checkpoints). Throws Error naming the path.
+void create_run_dir(const std::string& dir);
+
+/**
+ * @brief Writes `path` atomically: `write` fills a temporary file in the same
+ * folder, which is flushed, fsync'ed and renamed over `path`; then the folder
+ * is fsync'ed. A reader sees the old file or the new one, never a mix.
+ * Throws Error naming the file on any I/O failure (the temporary file is removed).
+ */
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write);
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+/// @brief While alive, the default spdlog logger also writes to `path` (appending),
+/// at info level and above; removed (and flushed) on destruction.
+class LogFileSink {
+ public:
+  explicit LogFileSink(const std::string& path);
+  ~LogFileSink();
+  LogFileSink(const LogFileSink&) = delete;
+  LogFileSink& operator=(const LogFileSink&) = delete;
+  void flush();
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> sink_;
+};
+
+}  // namespace mpx
