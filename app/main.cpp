@@ -1,10 +1,132 @@
 // SPDX-License-Identifier: MIT
-// placeholder entry point
+// The `mpx` entry point: wires the sub-commands together (one file each),
+// sets up console logging and the SIGINT/SIGTERM handlers, and turns every
+// failure into one message and the exit code of DESIGN.md, in one place.
 #include <mpx/config.hpp>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
-#include <cstring>
+#include <exception>
+#include <mutex>
+
+#include "commands.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace {
+
+// ---- console logging --------------------------------------------------------
+
+/// stderr sink: info lines are the bare message, warnings and errors carry
+/// their level ("warning: ...", "error: ..."), coloured on a terminal. stdout
+/// stays free for machine-readable output (--json).
+class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  ConsoleSink() : color_(::isatty(STDERR_FILENO) != 0) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    const char* prefix = "";
+    const char* color = "";
+    switch (msg.level) {
+      case spdlog::level::trace: prefix = "trace: "; break;
+      case spdlog::level::debug: prefix = "debug: "; break;
+      case spdlog::level::warn: prefix = "warning: "; color = "\033[33m"; break;
+      case spdlog::level::err: prefix = "error: "; color = "\033[31m"; break;
+      case spdlog::level::critical: prefix = "critical: "; color = "\033[1;31m"; break;
+      default: break;
+    }
+    const bool paint = color_ && *color != '\0';
+    std::fprintf(stderr, "%s%s%s%.*s\n", paint ? color : "", prefix, paint ? "\033[0m" : "",
+                 static_cast<int>(msg.payload.size()), msg.payload.data());
+  }
+  void flush_() override { std::fflush(stderr); }
+
+ private:
+  bool color_;
+};
+
+void setup_logging(spdlog::level::level_enum level) {
+  auto logger = std::make_shared<spdlog::logger>("mpx", std::make_shared<ConsoleSink>());
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+}
+
+// ---- signals ----------------------------------------------------------------
+
+std::atomic<bool>* g_stop = nullptr;
+
+/// First SIGINT/SIGTERM: ask the trainer to stop after the current step (it saves
+/// `last`, writes summary.json and exits 130). A second one: the default action.
+extern "C" void on_stop_signal(int sig) {
+  (void)sig;
+  if (g_stop) g_stop->store(true);
+}
+
+void install_signal_handlers() {
+  g_stop = &mpx::stop_requested();  // initialise the static outside the handler
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--version") == 0) { std::printf("mpx %s\n", MPX_VERSION); return 0; }
-  std::printf("mpx\n");
-  return 0;
+  setup_logging(spdlog::level::info);
+  install_signal_handlers();
+
+  CLI::App app{"mpx: mixed-precision CNN training (float32, mixed_float16, mixed_bfloat16) on\n"
+               "NVIDIA GPUs (cuDNN/cuBLAS) or the CPU, driven by one YAML config.\n"
+               "Exit codes: 0 done, 1 internal error, 2 bad command line or config, 3 data missing\n"
+               "or corrupt, 4 training diverged, 5 out of device memory, 130 interrupted.",
+               "mpx"};
+  app.set_version_flag("--version", std::string("mpx ") + MPX_VERSION, "Print the version and exit");
+  app.require_subcommand(1);
+  app.fallthrough();  // -v/-q are accepted after the sub-command too
+  app.option_defaults()->always_capture_default();
+  app.footer("Run 'mpx <command> --help' for the options of a command.");
+
+  bool verbose = false, quiet = false;
+  auto* v = app.add_flag("-v,--verbose", verbose, "Also log debug messages");
+  app.add_flag("-q,--quiet", quiet, "Log warnings and errors only")->excludes(v);
+
+  mpx::app::add_train_command(app);
+  mpx::app::add_eval_command(app);
+  mpx::app::add_bench_command(app);
+  mpx::app::add_compare_command(app);
+  mpx::app::add_validate_command(app);
+  mpx::app::add_devices_command(app);
+
+  // The log level must be set before a sub-command's callback runs.
+  app.parse_complete_callback([&] {
+    if (verbose) spdlog::set_level(spdlog::level::debug);
+    if (quiet) spdlog::set_level(spdlog::level::warn);
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with code 0; every real usage error is exit 2.
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : mpx::kExitUsage;
+  } catch (const mpx::Error& e) {
+    spdlog::error("{}", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    spdlog::error("out of host memory");
+    return mpx::kExitInternal;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return mpx::kExitInternal;
+  }
+  return mpx::app::command_exit_code();
 }

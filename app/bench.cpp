@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// `mpx bench`: times training steps of a config (after warm-up) and reports
+// throughput, step-time spread and peak memory.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "commands.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace mpx::app {
+
+namespace {
+
+struct BenchArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  int64_t steps = 20;
+  int64_t warmup = 3;
+  bool json = false;
+};
+
+void run_bench(const BenchArgs& a) {
+  const Config cfg = load_config(a.config, a.sets);
+  const BenchResult r = bench(cfg, a.steps, a.warmup);
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["images_per_sec"] = r.images_per_sec;
+    j["step_ms_median"] = r.step_ms_median;
+    j["step_ms_min"] = r.step_ms_min;
+    j["step_ms_max"] = r.step_ms_max;
+    j["peak_memory_bytes"] = r.peak_memory_bytes;
+    j["activation_bytes"] = r.memory.activation_bytes;
+    j["policy"] = r.policy;
+    j["device"] = r.device;
+    j["batch_size"] = r.batch_size;
+    j["steps"] = r.steps;
+    print_json(j);
+  } else {
+    std::cout << fmt::format("device       {}\n", r.device)
+              << fmt::format("policy       {}\n", r.policy)
+              << fmt::format("batch size   {}\n", r.batch_size)
+              << fmt::format("steps        {} (after {} warm-up)\n", r.steps, a.warmup)
+              << fmt::format("images/s     {:.1f}\n", r.images_per_sec)
+              << fmt::format("step time    median {:.3f} ms, min {:.3f} ms, max {:.3f} ms\n", r.step_ms_median,
+                             r.step_ms_min, r.step_ms_max)
+              << fmt::format("activations  {}\n", format_bytes(r.memory.activation_bytes))
+              << fmt::format("peak memory  {}\n", format_bytes(r.peak_memory_bytes));
+  }
+  command_exit_code() = kExitOk;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "Time training steps of a config: images/s, step times, peak memory");
+  cmd->add_option("-c,--config", a->config, "YAML config file")->required()->check(CLI::ExistingFile);
+  add_set_option(cmd, a->sets);
+  cmd->add_option("--steps", a->steps, "Timed training steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", a->warmup, "Untimed warm-up steps before them")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
+  cmd->callback([a] { run_bench(*a); });
+}
+
+}  // namespace mpx::app

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+// `mpx validate`: checks a config without training: prints the resolved YAML,
+// builds the model on the CPU backend and prints its summary (with each layer's
+// compute/variable dtype), the memory plan for the configured batch and the
+// start-up precision warnings. A bad config is exit 2, like `mpx train`.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "backend/backend.h"
+#include "commands.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "nn/model.h"
+#include "train/trainer.h"
+
+namespace mpx::app {
+
+namespace {
+
+struct ValidateArgs {
+  std::string config;
+  std::vector<std::string> sets;
+};
+
+/// [H, W, C] of the model input: model.input_shape, else the data set's.
+void input_shape(const Config& cfg, int& H, int& W, int& C) {
+  const auto& s = cfg.model.input_shape;
+  if (s.size() == 3) {
+    H = static_cast<int>(s[0]);
+    W = static_cast<int>(s[1]);
+    C = static_cast<int>(s[2]);
+    return;
+  }
+  if (cfg.data.dataset == "cifar10") {
+    H = W = 32;
+    C = 3;
+  } else {  // mnist, fashion_mnist, synthetic
+    H = W = 28;
+    C = 1;
+  }
+}
+
+size_t optimizer_state_bytes(const Config& cfg, size_t master_bytes) {
+  const auto& o = cfg.optimizer;
+  if (o.name == "sgd") return o.momentum != 0.0 ? master_bytes : 0;
+  return 2 * master_bytes;  // adam / adamw: m and v
+}
+
+void run_validate(const ValidateArgs& a) {
+  const Config cfg = load_config(a.config, a.sets);
+
+  // Device and policy as `mpx train` would resolve them on this machine.
+  std::string device = "cpu", device_reason;
+  try {
+    const ResolvedDevice rd = resolve_device(cfg.device);
+    device = rd.device;
+    device_reason = rd.reason;
+  } catch (const Error& e) {
+    spdlog::warn("device '{}' is not usable here ({}); validating for the CPU", cfg.device, e.what());
+  }
+  auto cpu = create_backend("cpu");
+  DeviceInfo info = cpu->info();
+  if (device != "cpu") {
+    const auto gpus = cuda_devices();
+    const int index = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+    if (index >= 0 && index < static_cast<int>(gpus.size())) info = gpus[static_cast<size_t>(index)];
+  }
+  std::string policy_reason;
+  const Policy policy = resolve_policy(cfg.policy, info, &policy_reason);
+  const bool auto_fell_back = cfg.policy == Policy::Auto && policy == Policy::Float32;
+
+  int H = 0, W = 0, C = 0;
+  input_shape(cfg, H, W, C);
+  const int num_classes = 10;  // every supported data set has 10 classes
+  const int64_t batch = cfg.data.batch_size;
+  Model model(cfg, policy, *cpu, H, W, C, num_classes, batch);
+  const MemoryReport m = model.memory_report();
+  const size_t opt_bytes = optimizer_state_bytes(cfg, m.master_bytes);
+
+  const std::string yaml = to_yaml(cfg);
+  std::cout << "# resolved configuration (" << a.config << ")\n" << yaml;
+  if (!yaml.empty() && yaml.back() != '\n') std::cout << '\n';
+  std::cout << "\n# ---- model ----\n";
+  std::cout << fmt::format("device: {}{}\n", device, device_reason.empty() ? "" : " (" + device_reason + ")");
+  std::cout << fmt::format("policy: {}{}\n", policy_name(policy),
+                           policy_reason.empty() ? "" : " (" + policy_reason + ")");
+  std::cout << fmt::format("input: {}x{}x{} (HxWxC), {} classes\n\n", H, W, C, num_classes);
+  const std::string table = model.summary_table();
+  std::cout << table;
+  if (!table.empty() && table.back() != '\n') std::cout << '\n';
+
+  const size_t total = m.activation_bytes + m.workspace_bytes + m.master_bytes + m.grad_bytes +
+                       m.compute_copy_bytes + m.state_bytes + opt_bytes;
+  std::cout << fmt::format("\nmemory for batch {} (planned once, before training):\n", batch)
+            << fmt::format("  activations       {:>12}\n", format_bytes(m.activation_bytes))
+            << fmt::format("  workspace         {:>12}\n", format_bytes(m.workspace_bytes))
+            << fmt::format("  master weights    {:>12}  (float32)\n", format_bytes(m.master_bytes))
+            << fmt::format("  gradients         {:>12}  (float32)\n", format_bytes(m.grad_bytes))
+            << fmt::format("  compute copy      {:>12}\n", format_bytes(m.compute_copy_bytes))
+            << fmt::format("  batch-norm state  {:>12}\n", format_bytes(m.state_bytes))
+            << fmt::format("  optimizer state   {:>12}  ({})\n", format_bytes(opt_bytes), cfg.optimizer.name)
+            << fmt::format("  total             {:>12}\n", format_bytes(total));
+
+  const auto warnings = precision_warnings(cfg, policy, auto_fell_back);
+  if (warnings.empty()) {
+    std::cout << "\nprecision warnings: none\n";
+  } else {
+    std::cout << "\nprecision warnings:\n";
+    for (const auto& w : warnings) std::cout << "  - " << w << '\n';
+  }
+  std::cout << "\nconfig OK\n";
+  command_exit_code() = kExitOk;
+}
+
+}  // namespace
+
+void add_validate_command(CLI::App& app) {
+  auto a = std::make_shared<ValidateArgs>();
+  auto* cmd = app.add_subcommand(
+      "validate", "Check a config: print it resolved, the model summary with dtypes, its memory and warnings");
+  cmd->add_option("-c,--config", a->config, "YAML config file")->required()->check(CLI::ExistingFile);
+  add_set_option(cmd, a->sets);
+  cmd->callback([a] { run_validate(*a); });
+}
+
+}  // namespace mpx::app
