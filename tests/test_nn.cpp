@@ -508,3 +508,95 @@ TEST_CASE("first_nonfinite_forward/backward name the layer", "[nn][numerics]") {
   INFO(b);
   CHECK(b.rfind("head (dense, ", 0) == 0);
 }
+
+TEST_CASE("dtype boundaries (float32 layers inside a float16 model) cast both ways", "[nn][mixed]") {
+  // A float32 conv between float16 layers, a residual whose branch ends in float32
+  // (branch output cast to the block's float16 before the add) and a float16 head.
+  auto layers = [] {
+    LayerConfig mid = conv_layer(4, 3, 1, "same", "relu");
+    mid.dtype = "float32";
+    LayerConfig tail = conv_layer(6, 3, 2, "same");
+    tail.dtype = "float32";
+    return std::vector<LayerConfig>{conv_layer(4, 3, 1, "same", "relu"), mid,
+                                    residual_layer({conv_layer(6, 3, 1, "same", "relu"), tail}),
+                                    make_layer("flatten"), dense_layer(3)};
+  };
+  auto be = create_backend("cpu");
+  const int n = 4;
+  Model f(model_config(layers()), Policy::Float32, *be, 6, 6, 2, 3, n);
+  Model h(model_config(layers()), Policy::MixedFloat16, *be, 6, 6, 2, 3, n);
+  const auto infos = h.layer_infos();
+  CHECK(infos[1].compute_dtype == DType::F32);
+  CHECK(infos[2].compute_dtype == DType::F16);  // the block
+  CHECK(infos[4].compute_dtype == DType::F32);  // branch tail
+  f.init_params(4);
+  h.init_params(4);
+  const auto xh = support::random_vec(n * 6 * 6 * 2, 12);
+  Buffer xb = be->alloc(xh.size() * 4, "x");
+  const Tensor x = xb.view(DType::F32, Shape{n, 6, 6, 2});
+  be->upload(x, xh.data());
+  Buffer db = be->alloc(n * 3 * 4, "dlogits");
+  const Tensor dl = db.view(DType::F32, Shape{n, 3});
+  const auto dlh = support::random_vec(n * 3, 13, -0.25, 0.25);
+  be->upload(dl, dlh.data());
+  const auto lf = download_f32(*be, f.forward_float(x, true));
+  f.backward(dl);
+  const auto lh = download_f32(*be, h.forward_float(x, true));
+  h.backward(dl);
+  for (size_t i = 0; i < lf.size(); ++i) CHECK(lh[i] == Approx(lf[i]).margin(2e-2 * max_abs(lf)));
+  const auto gf = download_f32(*be, f.grads()), gh = download_f32(*be, h.grads());
+  for (const ParamInfo& p : f.params()) {
+    const std::vector<float> a(gf.begin() + p.offset, gf.begin() + p.offset + p.shape.numel());
+    const std::vector<float> b(gh.begin() + p.offset, gh.begin() + p.offset + p.shape.numel());
+    double diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    INFO(p.layer << "/" << p.name << ": max diff " << diff << " max |g| " << max_abs(a));
+    CHECK(diff <= 3e-2 * max_abs(a) + 1e-6);
+  }
+  const auto xf = download_f32(*be, f.input_grad()), xg = download_f32(*be, h.input_grad());
+  CHECK(h.input_grad().dtype == DType::F32);
+  double diff = 0;
+  for (size_t i = 0; i < xf.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(xf[i] - xg[i])));
+  CHECK(diff <= 3e-2 * max_abs(xf));
+}
+
+TEST_CASE("a model from YAML: errors carry the file, key path and line", "[nn][shapes][yaml]") {
+  const std::string yaml =
+      "data: {dataset: synthetic}\n"
+      "model:\n"
+      "  layers:\n"
+      "    - {type: conv2d, filters: 4, kernel: 3}\n"
+      "    - {type: dense, units: 10}\n";
+  const Config cfg = parse_config(yaml, "bad.yaml");
+  auto be = create_backend("cpu");
+  try {
+    Model m(cfg, Policy::Float32, *be, 8, 8, 1, 10, 4);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string s = e.what();
+    INFO(s);
+    CHECK(s.find("bad.yaml") != std::string::npos);
+    CHECK(s.find("model.layers[1]") != std::string::npos);
+    CHECK(s.find("line 5") != std::string::npos);
+    CHECK(s.find("(dense)") != std::string::npos);
+    CHECK(s.find("add a flatten or global_avg_pool layer before it") != std::string::npos);
+  }
+  const Config ok = parse_config(
+      "data: {dataset: synthetic}\n"
+      "policy: mixed_float16\n"
+      "model:\n"
+      "  layers:\n"
+      "    - {type: conv2d, filters: 4, kernel: 3, padding: same, activation: relu}\n"
+      "    - type: residual\n"
+      "      layers:\n"
+      "        - {type: conv2d, filters: 4, kernel: 3, padding: same, use_bias: false}\n"
+      "        - {type: batch_norm}\n"
+      "        - {type: activation, activation: relu}\n"
+      "    - {type: global_avg_pool}\n"
+      "    - {type: dense, units: 10, activation: softmax, dtype: float32, name: predictions}\n",
+      "ok.yaml");
+  Model m(ok, ok.policy, *be, 8, 8, 1, 10, 4);
+  CHECK(m.output_dtype() == DType::F32);
+  CHECK(m.softmax_output());
+  CHECK(m.layer_infos().back().name == "predictions");
+}

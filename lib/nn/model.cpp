@@ -32,6 +32,9 @@ struct Model::Impl {
   int64_t last_n = 0;
   std::vector<nn::Layer*> order;  // forward execution order, nested layers included
 
+  /// Builds the layers and plans every buffer and arena (throws ConfigError).
+  void build(const Config& cfg, Policy policy, int num_classes);
+
   Tensor run(const Tensor& x, bool training, uint64_t dropout_seed, uint64_t step) {
     c.training = training;
     c.dropout_seed = dropout_seed;
@@ -94,6 +97,22 @@ Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, i
   m.c.policy = policy;
   m.c.max_batch = max_batch;
 
+  try {
+    m.build(cfg, policy, num_classes);
+  } catch (const ConfigError& e) {
+    // Name the file too, as every config error does.
+    if (cfg.source.empty()) throw;
+    throw ConfigError(cfg.source + ": " + e.what());
+  }
+  set_input_normalization(std::vector<double>(static_cast<size_t>(C), 0.0),
+                          std::vector<double>(static_cast<size_t>(C), 1.0));
+  init_params(0);
+}
+
+void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
+  Impl& m = *this;
+  Backend& backend = *m.c.be;
+  const int H = m.H, W = m.W, C = m.C;
   const LayerConfig& first = cfg.model.layers.front();
   DType d0;
   try {
@@ -137,9 +156,7 @@ Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, i
   m.std_buf = backend.alloc(static_cast<size_t>(C) * 4, "input normalization std");
   m.mean = m.mean_buf.view(DType::F32, Shape{C});
   m.std = m.std_buf.view(DType::F32, Shape{C});
-  set_input_normalization(std::vector<double>(static_cast<size_t>(C), 0.0), std::vector<double>(static_cast<size_t>(C), 1.0));
   m.seq.collect(m.order);
-  init_params(0);
 }
 
 Model::~Model() = default;
