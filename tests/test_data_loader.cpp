@@ -2,6 +2,7 @@
 // The Loader: per-epoch shuffle as a pure function of (seed, epoch), batching,
 // resume mid-epoch, host augmentation (crop + flip) and buffer reuse.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -108,7 +109,8 @@ TEST_CASE("loader: the last partial batch is kept, or dropped with drop_last", "
   const EpochLog k = run_epoch(keep, 0);
   CHECK(std::vector<int64_t>(k.indices.begin(), k.indices.begin() + 20) == d.indices);
 
-  Loader exact(make_ds(30), 10, true, true, AugmentConfig{}, 3);
+  const Dataset ds30 = make_ds(30);
+  Loader exact(ds30, 10, true, true, AugmentConfig{}, 3);
   CHECK(exact.steps_per_epoch() == 3);
 
   CHECK_THROWS_AS(Loader(ds, 26, true, true, AugmentConfig{}, 3), ConfigError);
@@ -219,6 +221,27 @@ TEST_CASE("loader: random crop is a zero-padded shift within the padding", "[loa
   CHECK(shifted > 250);
 }
 
+TEST_CASE("loader: padding wider than the image gives black images, never out-of-bounds", "[loader][augment]") {
+  const Dataset ds = make_ds(200, 3, 4, 3);
+  AugmentConfig aug;
+  aug.random_crop_padding = 9;
+  aug.horizontal_flip = true;
+  Loader l(ds, 32, true, false, aug, 8);
+  const EpochLog e = run_epoch(l, 0);
+  int black = 0, kept = 0;
+  for (size_t k = 0; k < e.indices.size(); ++k) {
+    const uint8_t* got = e.images.data() + k * ds.image_bytes();
+    const uint8_t* orig = rec(ds, e.indices[k]);
+    black += std::all_of(got, got + ds.image_bytes(), [](uint8_t v) { return v == 0; });
+    // Every non-zero byte comes from the record (make_ds bytes are never 0).
+    for (int64_t j = 0; j < ds.image_bytes(); ++j)
+      if (got[j] != 0) REQUIRE(std::find(orig, orig + ds.image_bytes(), got[j]) != orig + ds.image_bytes());
+    kept += got[0] != 0 || got[ds.image_bytes() - 1] != 0;
+  }
+  CHECK(black > 50);
+  CHECK(kept > 0);
+}
+
 TEST_CASE("loader: an MNIST-sized epoch costs well under a second", "[loader][perf]") {
   const Dataset ds = make_ds(60000, 28, 28, 1);
   Loader l(ds, 128, true, false, AugmentConfig{}, 1);
@@ -239,6 +262,9 @@ TEST_CASE("loader: an MNIST-sized epoch costs well under a second", "[loader][pe
   const double plain = std::chrono::duration<double>(t1 - t0).count();
   const double augmented = std::chrono::duration<double>(t2 - t1).count();
   INFO("plain " << plain << " s, augmented " << augmented << " s");
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
+  // Timing holds for optimized builds only (Debug and sanitizer builds are several times slower).
   CHECK(plain < 0.5);
   CHECK(augmented < 1.0);
+#endif
 }

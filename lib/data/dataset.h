@@ -54,6 +54,8 @@ class Loader {
  public:
   Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_last, const AugmentConfig& augment,
          uint64_t seed);
+  /// The Loader keeps a reference to the Dataset: a temporary would dangle.
+  Loader(Dataset&&, int64_t, bool, bool, const AugmentConfig&, uint64_t) = delete;
   /// Batches per epoch.
   int64_t steps_per_epoch() const;
   /// Starts epoch `epoch` (0-based) at batch `first_step` (resume mid-epoch).

@@ -88,19 +88,30 @@ void Loader::copy_record(int64_t index, uint8_t* dst) const {
     }
     const uint8_t* row = src + static_cast<int64_t>(sy) * W * C;
     if (!flip) {
-      // Source columns x + dx: a shifted copy with zeros at one edge.
-      const int x0 = std::max(0, -dx), x1 = std::min(W, W - dx);  // valid x range [x0, x1)
+      // Source columns x + dx: a shifted copy with zeros at one edge, valid for x in [x0, x1).
+      const int x0 = std::max(0, -dx), x1 = std::min(W, W - dx);
+      if (x1 <= x0) {  // shifted out entirely (padding >= width)
+        std::memset(out, 0, static_cast<size_t>(W) * C);
+        continue;
+      }
       std::memset(out, 0, static_cast<size_t>(x0) * C);
-      if (x1 > x0) std::memcpy(out + x0 * C, row + (x0 + dx) * C, static_cast<size_t>(x1 - x0) * C);
-      if (x1 < W) std::memset(out + std::max(x1, 0) * C, 0, static_cast<size_t>(W - std::max(x1, 0)) * C);
+      std::memcpy(out + x0 * C, row + (x0 + dx) * C, static_cast<size_t>(x1 - x0) * C);
+      std::memset(out + x1 * C, 0, static_cast<size_t>(W - x1) * C);
     } else {
-      for (int x = 0; x < W; ++x) {
-        const int sx = W - 1 - x + dx;
-        if (sx < 0 || sx >= W) {
-          std::memset(out + x * C, 0, static_cast<size_t>(C));
-        } else {
-          for (int c = 0; c < C; ++c) out[x * C + c] = row[sx * C + c];
-        }
+      // Source column W-1-x+dx is inside the image for x in [x0, x1).
+      const int x0 = std::max(0, dx), x1 = std::min(W, W + dx);
+      if (x1 <= x0) {
+        std::memset(out, 0, static_cast<size_t>(W) * C);
+        continue;
+      }
+      std::memset(out, 0, static_cast<size_t>(x0) * C);
+      std::memset(out + x1 * C, 0, static_cast<size_t>(W - x1) * C);
+      const uint8_t* s = row + (W - 1 - x0 + dx) * C;  // walks left as x walks right
+      if (C == 1) {
+        for (int x = x0; x < x1; ++x, --s) out[x] = *s;
+      } else {
+        for (int x = x0; x < x1; ++x, s -= C)
+          for (int c = 0; c < C; ++c) out[x * C + c] = s[c];
       }
     }
   }
