@@ -330,8 +330,9 @@ std::string Model::summary_table() const {
     rows.push_back(r);
   }
   auto line = [&](const std::array<std::string, 5>& r) {
-    return fmt::format(" {:<{}}  {:<{}}  {:>{}}  {:<{}}  {:<{}}\n", r[0], w[0], r[1], w[1], r[2], w[2], r[3], w[3],
-                       r[4], w[4]);
+    std::string l = fmt::format(" {:<{}}  {:<{}}  {:>{}}  {:<{}}  {}", r[0], w[0], r[1], w[1], r[2], w[2], r[3], w[3],
+                                r[4]);
+    return l + "\n";
   };
   const size_t width = w[0] + w[1] + w[2] + w[3] + w[4] + 9;
   std::string s = fmt::format("Model (policy {})\n", policy_name(impl_->c.policy));
