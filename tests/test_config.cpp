@@ -681,7 +681,7 @@ train: {epochs: 3, max_steps: 17}
 TEST_CASE("config: to_yaml keeps an unset loss_scale.mode unset", "[config][to_yaml]") {
   const Config a = parse_config(kMinimal, "x.yaml");
   const std::string y = to_yaml(a);
-  CHECK_THAT(y, Catch::Contains("# mode: unset (dynamic for mixed_float16, else none)"));
+  CHECK_THAT(y, Catch::Contains("# mode unset: dynamic for mixed_float16, else none"));
   const Config b = parse_config(y, "y.yaml");
   CHECK_FALSE(b.loss_scale.mode_explicit);
   CHECK(b.data.path == "data/mnist");

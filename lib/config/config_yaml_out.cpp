@@ -106,12 +106,10 @@ std::string to_yaml(const Config& c) {
   kv(out, "device", c.device);
   kv(out, "policy", std::string(policy_name(c.policy)));
 
-  out << YAML::Key << "loss_scale" << YAML::Value << YAML::BeginMap;
-  if (c.loss_scale.mode_explicit) {
-    kv(out, "mode", std::string(loss_scale_mode_name(c.loss_scale.mode)));
-  } else {
-    out << YAML::Comment("mode: unset (dynamic for mixed_float16, else none)");
-  }
+  out << YAML::Key << "loss_scale";
+  if (!c.loss_scale.mode_explicit) out << YAML::Comment("mode unset: dynamic for mixed_float16, else none");
+  out << YAML::Value << YAML::BeginMap;
+  if (c.loss_scale.mode_explicit) kv(out, "mode", std::string(loss_scale_mode_name(c.loss_scale.mode)));
   kv(out, "initial", D{c.loss_scale.initial});
   kv(out, "growth_interval", c.loss_scale.growth_interval);
   kv(out, "growth_factor", D{c.loss_scale.growth_factor});
