@@ -22,6 +22,7 @@ CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets) {
                    "Override a config key before validation, e.g. --set optimizer.learning_rate=3e-3 "
                    "(repeatable)")
       ->type_name("KEY=VALUE")
+      ->default_str("")
       ->allow_extra_args(false)
       ->check([](const std::string& s) -> std::string {
         const auto eq = s.find('=');

@@ -182,9 +182,11 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--policies", a->policies, "Policies to compare, in this order (comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember({"float32", "mixed_float16", "mixed_bfloat16", "auto"}));
-  auto* steps = cmd->add_option("--steps", a->steps, "Train each policy for this many steps (train.max_steps)")
+  auto* steps = cmd->add_option("--steps", a->steps, "Train each policy for this many steps (train.max_steps; default: as the config says)")
+                    ->default_str("")
                     ->check(CLI::PositiveNumber);
-  auto* epochs = cmd->add_option("--epochs", a->epochs, "Train each policy for this many epochs (train.epochs)")
+  auto* epochs = cmd->add_option("--epochs", a->epochs, "Train each policy for this many epochs (train.epochs; default: as the config says)")
+                     ->default_str("")
                      ->check(CLI::PositiveNumber);
   steps->excludes(epochs);
   add_set_option(cmd, a->sets);

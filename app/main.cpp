@@ -50,9 +50,14 @@ class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
   bool color_;
 };
 
-void setup_logging(spdlog::level::level_enum level) {
-  auto logger = std::make_shared<spdlog::logger>("mpx", std::make_shared<ConsoleSink>());
-  logger->set_level(level);
+std::shared_ptr<ConsoleSink> g_console;
+
+/// The logger passes info and up (the trainer adds the train.log sink to it);
+/// -q/-v change only what the console shows (and -v lets debug through).
+void setup_logging() {
+  g_console = std::make_shared<ConsoleSink>();
+  auto logger = std::make_shared<spdlog::logger>("mpx", g_console);
+  logger->set_level(spdlog::level::info);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
 }
@@ -81,7 +86,7 @@ void install_signal_handlers() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setup_logging(spdlog::level::info);
+  setup_logging();
   install_signal_handlers();
 
   CLI::App app{"mpx: mixed-precision CNN training (float32, mixed_float16, mixed_bfloat16) on\n"
@@ -90,7 +95,9 @@ int main(int argc, char** argv) {
                "or corrupt, 4 training diverged, 5 out of device memory, 130 interrupted.",
                "mpx"};
   app.set_version_flag("--version", std::string("mpx ") + MPX_VERSION, "Print the version and exit");
-  app.require_subcommand(1);
+  // At most one; "none" is reported after parsing so that an unknown flag or
+  // command gets CLI11's precise message rather than "a subcommand is required".
+  app.require_subcommand(0, 1);
   app.fallthrough();  // -v/-q are accepted after the sub-command too
   app.option_defaults()->always_capture_default();
   app.footer("Run 'mpx <command> --help' for the options of a command.");
@@ -109,11 +116,12 @@ int main(int argc, char** argv) {
   // The log level must be set before a sub-command's callback runs.
   app.parse_complete_callback([&] {
     if (verbose) spdlog::set_level(spdlog::level::debug);
-    if (quiet) spdlog::set_level(spdlog::level::warn);
+    if (quiet) g_console->set_level(spdlog::level::warn);
   });
 
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with code 0; every real usage error is exit 2.
     const int rc = app.exit(e);

@@ -83,9 +83,9 @@ void run_validate(const ValidateArgs& a) {
   std::cout << "# resolved configuration (" << a.config << ")\n" << yaml;
   if (!yaml.empty() && yaml.back() != '\n') std::cout << '\n';
   std::cout << "\n# ---- model ----\n";
-  std::cout << fmt::format("device: {}{}\n", device, device_reason.empty() ? "" : " (" + device_reason + ")");
-  std::cout << fmt::format("policy: {}{}\n", policy_name(policy),
-                           policy_reason.empty() ? "" : " (" + policy_reason + ")");
+  // The reasons already name what was chosen ("device cpu (set in the config)").
+  std::cout << (device_reason.empty() ? "device " + device : device_reason) << '\n';
+  std::cout << (policy_reason.empty() ? std::string("policy ") + policy_name(policy) : policy_reason) << '\n';
   std::cout << fmt::format("input: {}x{}x{} (HxWxC), {} classes\n\n", H, W, C, num_classes);
   const std::string table = model.summary_table();
   std::cout << table;
