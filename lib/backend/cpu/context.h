@@ -75,6 +75,11 @@ class Context {
     return static_cast<T&>(*it->second);
   }
   size_t plan_count() const { return plans_.size(); }
+  /// Counts memory that plans own (oneDNN scratchpads) in the backend's accounting.
+  void account(size_t bytes) {
+    plan_bytes_ += bytes;
+    on_alloc_(bytes);
+  }
 
  private:
   struct Block {
@@ -86,6 +91,7 @@ class Context {
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  size_t plan_bytes_ = 0;
 };
 
 // ---- float32 views of tensors ---------------------------------------------------

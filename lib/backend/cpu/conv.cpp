@@ -3,8 +3,12 @@
 // 16-bit operands are widened into float32 scratch, the float32 kernel runs,
 // and 16-bit outputs are rounded once from the float32 result.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 
+#include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
@@ -110,9 +114,129 @@ void conv_backward_filter_loops(const Geo& g, const float* x, const float* dy, f
   }
 }
 
+// ---- oneDNN primitives ----------------------------------------------------------------
+
+enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103 };
+
+PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
+  PlanKey k;
+  k << op << g.N << g.H << g.W << g.C << g.K << g.R << g.S << p.stride_h << p.stride_w << p.pad_top << p.pad_left
+    << p.pad_bottom << p.pad_right << flags;
+  return k;
+}
+
+struct ConvDescs {
+  dnnl::memory::desc src, wei, wei_any, bias, dst;
+  dnnl::memory::dims strides, pad_l, pad_r;
+};
+
+// x NHWC, w KRSC (= oneDNN "ohwi"), y NHWC: the user layouts, used as they are.
+ConvDescs conv_descs(const Conv2dParams& p, const Geo& g) {
+  ConvDescs d;
+  d.src = dnnl::memory::desc({g.N, g.C, g.H, g.W}, dt::f32, tag::nhwc);
+  d.wei = dnnl::memory::desc({g.K, g.C, g.R, g.S}, dt::f32, tag::ohwi);
+  // With the plain KRSC layout oneDNN 2.6 only has its reference kernel; let it pick the
+  // blocked weights layout of its JIT kernels and reorder (K*R*S*C elements, cheap).
+  d.wei_any = dnnl::memory::desc({g.K, g.C, g.R, g.S}, dt::f32, tag::any);
+  d.bias = dnnl::memory::desc({g.K}, dt::f32, tag::x);
+  d.dst = dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::nhwc);
+  d.strides = {p.stride_h, p.stride_w};
+  d.pad_l = {p.pad_top, p.pad_left};
+  d.pad_r = {p.pad_bottom, p.pad_right};
+  return d;
+}
+
+std::string conv_what(const char* op, const Geo& g) {
+  return std::string(op) + " for x [" + std::to_string(g.N) + ", " + std::to_string(g.H) + ", " +
+         std::to_string(g.W) + ", " + std::to_string(g.C) + "], w [" + std::to_string(g.K) + ", " +
+         std::to_string(g.R) + ", " + std::to_string(g.S) + ", " + std::to_string(g.C) + "]";
+}
+
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(Context& ctx, const ConvDescs& d, bool bias, bool relu) {
+  using cf = dnnl::convolution_forward;
+  const cf::desc desc = bias ? cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                        d.src, d.wei_any, d.bias, d.dst, d.strides, d.pad_l, d.pad_r)
+                             : cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                        d.src, d.wei_any, d.dst, d.strides, d.pad_l, d.pad_r);
+  return cf::primitive_desc(desc, make_attr(relu), ctx.engine());
+}
+
+DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias, bool relu) {
+  return ctx.plan<DnnlPlan>(conv_key(kConvFwd, p, g, (bias ? 1 : 0) | (relu ? 2 : 0)), [&] {
+    return dnnl_try(conv_what("convolution forward", g), [&] {
+      auto plan = std::make_unique<DnnlPlan>();
+      const ConvDescs d = conv_descs(p, g);
+      const auto pd = conv_fwd_pd(ctx, d, bias, relu);
+      plan->prim = dnnl::convolution_forward(pd);
+      plan->args[DNNL_ARG_SRC] = unbound(d.src, ctx.engine());
+      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
+      if (bias) plan->args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
+      plan->args[DNNL_ARG_DST] = unbound(d.dst, ctx.engine());
+      plan->set_scratchpad(ctx, pd);
+      return plan.release();
+    });
+  });
+}
+
+DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) {
+  return ctx.plan<DnnlPlan>(conv_key(kConvBwdData, p, g, 0), [&] {
+    return dnnl_try(conv_what("convolution backward data", g), [&] {
+      using cb = dnnl::convolution_backward_data;
+      auto plan = std::make_unique<DnnlPlan>();
+      const ConvDescs d = conv_descs(p, g);
+      const auto hint = conv_fwd_pd(ctx, d, false, false);
+      const cb::desc desc(dnnl::algorithm::convolution_direct, d.src, d.wei_any, d.dst, d.strides, d.pad_l,
+                          d.pad_r);
+      const cb::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      plan->prim = cb(pd);
+      plan->args[DNNL_ARG_DIFF_DST] = unbound(d.dst, ctx.engine());
+      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
+      plan->args[DNNL_ARG_DIFF_SRC] = unbound(d.src, ctx.engine());
+      plan->set_scratchpad(ctx, pd);
+      return plan.release();
+    });
+  });
+}
+
+DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias) {
+  return ctx.plan<DnnlPlan>(conv_key(kConvBwdFilter, p, g, bias ? 1 : 0), [&] {
+    return dnnl_try(conv_what("convolution backward weights", g), [&] {
+      using cw = dnnl::convolution_backward_weights;
+      auto plan = std::make_unique<DnnlPlan>();
+      const ConvDescs d = conv_descs(p, g);
+      const auto hint = conv_fwd_pd(ctx, d, bias, false);
+      const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, d.src, d.wei_any, d.bias, d.dst,
+                                            d.strides, d.pad_l, d.pad_r)
+                                 : cw::desc(dnnl::algorithm::convolution_direct, d.src, d.wei_any, d.dst,
+                                            d.strides, d.pad_l, d.pad_r);
+      const cw::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      plan->prim = cw(pd);
+      plan->args[DNNL_ARG_SRC] = unbound(d.src, ctx.engine());
+      plan->args[DNNL_ARG_DIFF_DST] = unbound(d.dst, ctx.engine());
+      plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
+      if (bias) plan->args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
+      plan->set_scratchpad(ctx, pd);
+      return plan.release();
+    });
+  });
+}
+
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
+// float32 math in oneDNN; 16-bit tensors go through float32 scratch (f32_in/f32_out)
+// and are rounded once on the way out. The plain loops above are kept for
+// MPX_CPU_REFERENCE=1 (debugging a suspected oneDNN problem).
+
+namespace {
+bool use_loops() {
+  static const bool v = [] {
+    const char* e = std::getenv("MPX_CPU_REFERENCE");
+    return e && *e && *e != '0';
+  }();
+  return v;
+}
+}  // namespace
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& y, Activation act) {
@@ -121,7 +245,16 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
-  conv_forward_loops(g, xf, wf, bf, yf, act);
+  if (use_loops()) {
+    conv_forward_loops(g, xf, wf, bf, yf, act);
+  } else {
+    DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, act == Activation::Relu);
+    plan.bind(DNNL_ARG_SRC, xf);
+    plan.bind(DNNL_ARG_WEIGHTS, wf);
+    if (bf) plan.bind(DNNL_ARG_BIAS, bf);
+    plan.bind(DNNL_ARG_DST, yf);
+    plan.run(ctx);
+  }
   f32_commit(yf, y);
 }
 
@@ -131,7 +264,15 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  conv_backward_data_loops(g, dyf, wf, dxf);
+  if (use_loops()) {
+    conv_backward_data_loops(g, dyf, wf, dxf);
+  } else {
+    DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
+    plan.bind(DNNL_ARG_DIFF_DST, dyf);
+    plan.bind(DNNL_ARG_WEIGHTS, wf);
+    plan.bind(DNNL_ARG_DIFF_SRC, dxf);
+    plan.run(ctx);
+  }
   f32_commit(dxf, dx);
 }
 
@@ -142,7 +283,16 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
+  if (use_loops()) {
+    conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
+  } else {
+    DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);
+    plan.bind(DNNL_ARG_SRC, xf);
+    plan.bind(DNNL_ARG_DIFF_DST, dyf);
+    plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
+    if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
+    plan.run(ctx);
+  }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);
 }

@@ -19,6 +19,7 @@ Context::Context(std::function<void(size_t)> on_alloc, std::function<void(size_t
 
 Context::~Context() {
   plans_.clear();
+  on_free_(plan_bytes_);
   for (auto& b : slots_) {
     if (b.p) {
       std::free(b.p);

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// Small oneDNN helpers of the CPU backend: NHWC / KRSC memory descriptors,
+// memory objects without a buffer (the handle is set per call), the primitive
+// plan with its argument map and user-mode scratchpad, and error wrapping.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/context.h"
+#include "core/error.h"
+
+namespace mpx::cpu {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+/// A memory object whose buffer is set with set_data_handle() before each execution.
+inline dnnl::memory unbound(const dnnl::memory::desc& md, const dnnl::engine& eng) {
+  return dnnl::memory(md, eng, DNNL_MEMORY_NONE);
+}
+
+/// One cached primitive: its arguments (memory objects re-pointed per call) and
+/// its scratchpad, allocated once with the plan. Executing allocates nothing.
+struct DnnlPlan : Plan {
+  struct Reorder {
+    dnnl::reorder prim;
+    std::unordered_map<int, dnnl::memory> args;
+  };
+  dnnl::primitive prim;
+  std::unordered_map<int, dnnl::memory> args;
+  std::unordered_map<int, dnnl::memory> user;  // user-layout memory of arguments that are reordered
+  std::vector<Reorder> pre, post;              // user -> primitive layout (inputs), back (outputs)
+
+  void bind(int arg, const void* p) {
+    auto it = user.find(arg);
+    (it != user.end() ? it->second : args.at(arg)).set_data_handle(const_cast<void*>(p));
+  }
+  void run(Context& ctx) {
+    for (auto& r : pre) r.prim.execute(ctx.stream(), r.args);
+    prim.execute(ctx.stream(), args);
+    for (auto& r : post) r.prim.execute(ctx.stream(), r.args);
+    ctx.stream().wait();
+  }
+  /// Binds argument `arg` whose user layout is user_md while the primitive chose prim_md
+  /// (format_tag::any): equal layouts are used in place; otherwise a buffer of prim_md is
+  /// allocated once and a cached reorder runs before (input) or after (output) the primitive.
+  void add_arg(Context& ctx, int arg, const dnnl::memory::desc& user_md, const dnnl::memory::desc& prim_md,
+               bool output) {
+    if (user_md == prim_md) {
+      args[arg] = unbound(user_md, ctx.engine());
+      return;
+    }
+    dnnl::memory inner(prim_md, ctx.engine());
+    ctx.account(prim_md.get_size());
+    dnnl::memory outer = unbound(user_md, ctx.engine());
+    args[arg] = inner;
+    user[arg] = outer;
+    Reorder r;
+    if (output) {
+      r.prim = dnnl::reorder(inner, outer);
+      r.args = {{DNNL_ARG_FROM, inner}, {DNNL_ARG_TO, outer}};
+      post.push_back(std::move(r));
+    } else {
+      r.prim = dnnl::reorder(outer, inner);
+      r.args = {{DNNL_ARG_FROM, outer}, {DNNL_ARG_TO, inner}};
+      pre.push_back(std::move(r));
+    }
+  }
+  /// Adds the scratchpad of pd (allocated by oneDNN, counted in the backend's memory).
+  template <typename PD>
+  void set_scratchpad(Context& ctx, const PD& pd) {
+    const dnnl::memory::desc md = pd.scratchpad_desc();
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, ctx.engine());
+    ctx.account(md.get_size());
+  }
+};
+
+/// Attribute with a user scratchpad and optionally a fused ReLU.
+inline dnnl::primitive_attr make_attr(bool relu) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+/// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes.
+template <typename F>
+auto dnnl_try(const std::string& what, F&& make) -> decltype(make()) {
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN could not create " + what + ": " + e.what());
+  }
+}
+
+}  // namespace mpx::cpu
