@@ -103,4 +103,9 @@ LogFileSink::~LogFileSink() {
 
 void LogFileSink::flush() { sink_->flush(); }
 
+void LogFileSink::write_info(const std::string& line) {
+  const spdlog::details::log_msg msg(spdlog::default_logger()->name(), spdlog::level::info, line);
+  sink_->log(msg);
+}
+
 }  // namespace mpx

@@ -37,6 +37,8 @@ class LogFileSink {
   LogFileSink(const LogFileSink&) = delete;
   LogFileSink& operator=(const LogFileSink&) = delete;
   void flush();
+  /// Writes one info line to the file only (the console shows a live progress line instead).
+  void write_info(const std::string& line);
 
  private:
   std::shared_ptr<spdlog::sinks::sink> sink_;

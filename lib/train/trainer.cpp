@@ -1,2 +1,1018 @@
 // SPDX-License-Identifier: MIT
-// placeholder: being written
+// The training driver: device and policy resolution, the one training step of
+// DESIGN.md (forward, float32 loss, scaled backward, fused unscale-and-check,
+// fused optimizer pass, loss-scaler update), evaluation, the epoch loop with
+// logging, metrics.jsonl, checkpoints and summary.json; plus `eval` and `bench`.
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+#include <mpx/config.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "train/checkpoint.h"
+#include "train/loss_scaler.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+#include "train/weights.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace mpx {
+
+std::atomic<bool>& stop_requested() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
+// ---- device and policy ------------------------------------------------------
+
+ResolvedDevice resolve_device(const std::string& device) {
+  if (device == "auto") {
+    const int n = cuda_device_count();
+    if (n > 0) {
+      try {
+        auto b = create_backend("cuda:0");
+        return {"cuda:0", fmt::format("device auto: {} CUDA device{} present, using cuda:0 ({})", n,
+                                      n == 1 ? "" : "s", b->info().description)};
+      } catch (const std::exception& e) {
+        return {"cpu", fmt::format("device auto: a CUDA device is present but the CUDA backend did not start "
+                                   "({}); using the CPU",
+                                   e.what())};
+      }
+    }
+#if MPX_WITH_CUDA
+    return {"cpu", "device auto: no CUDA device found, using the CPU"};
+#else
+    return {"cpu", "device auto: this mpx was built without CUDA, using the CPU"};
+#endif
+  }
+  if (device == "cuda") return {"cuda:0", "device cuda: using cuda:0"};
+  return {device, "device " + device + " (set in the config)"};
+}
+
+namespace {
+
+/// AMX-BF16 on this CPU (the only CPU feature for which oneDNN's bf16 beats f32).
+bool cpu_has_amx_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
+  auto say = [&](const std::string& s) {
+    if (reason) *reason = s;
+  };
+  if (p != Policy::Auto) {
+    say(fmt::format("policy {} (set in the config)", policy_name(p)));
+    return p;
+  }
+  if (dev.compute_capability > 0) {
+    const int cc = dev.compute_capability;
+    if (cc >= 80) {
+      say(fmt::format("policy auto -> mixed_bfloat16: {} has compute capability {}.{} (native bfloat16 Tensor Cores)",
+                      dev.name, cc / 10, cc % 10));
+      return Policy::MixedBFloat16;
+    }
+    if (cc >= 70) {
+      say(fmt::format("policy auto -> mixed_float16: {} has compute capability {}.{} (float16 Tensor Cores, "
+                      "no bfloat16)",
+                      dev.name, cc / 10, cc % 10));
+      return Policy::MixedFloat16;
+    }
+    say(fmt::format("policy auto -> float32: {} has compute capability {}.{} (no Tensor Cores)", dev.name, cc / 10,
+                    cc % 10));
+    return Policy::Float32;
+  }
+  if (dev.native_bf16 || cpu_has_amx_bf16()) {
+    say("policy auto -> mixed_bfloat16: the CPU has AMX-BF16 (oneDNN's bfloat16 kernels beat float32)");
+    return Policy::MixedBFloat16;
+  }
+  say("policy auto -> float32: the CPU has no AMX-BF16, so 16-bit math would be emulated and slower than float32");
+  return Policy::Float32;
+}
+
+namespace {
+
+const LayerConfig* last_layer(const std::vector<LayerConfig>& layers) {
+  if (layers.empty()) return nullptr;
+  const LayerConfig& l = layers.back();
+  if (l.type == "residual") return last_layer(l.layers);
+  return &l;
+}
+
+LossScaleMode effective_mode(const LossScaleConfig& c, Policy resolved) {
+  if (c.mode_explicit) return c.mode;
+  return resolved == Policy::MixedFloat16 ? LossScaleMode::Dynamic : LossScaleMode::None;
+}
+
+}  // namespace
+
+std::vector<std::string> precision_warnings(const Config& cfg, Policy resolved, bool auto_fell_back) {
+  std::vector<std::string> w;
+  const LossScaleMode mode = effective_mode(cfg.loss_scale, resolved);
+  if (resolved == Policy::MixedFloat16 && mode == LossScaleMode::None) {
+    w.push_back("policy mixed_float16 with loss_scale.mode none: gradients below 2^-24 flush to zero in float16 "
+                "and the model may stop learning; use loss_scale.mode dynamic (the default for mixed_float16)");
+  }
+  if (const LayerConfig* last = last_layer(cfg.model.layers)) {
+    if (last->activation == "softmax") {
+      const DType dt = compute_dtype_for(resolved, last->dtype);
+      if (is_16bit(dt)) {
+        w.push_back(fmt::format(
+            "the output layer '{}' computes in {} and has a softmax: mpx fuses the softmax into the float32 loss, "
+            "but its logits are rounded to {} first (Keras: put the output layer in float32 with dtype: float32)",
+            last->name.empty() ? last->type : last->name, dtype_name(dt), dtype_name(dt)));
+      }
+    }
+  }
+  if (cfg.loss_scale.mode_explicit && mode != LossScaleMode::None && resolved != Policy::MixedFloat16) {
+    w.push_back(fmt::format("loss_scale.mode {} under policy {}: {} has float32's exponent range and needs no loss "
+                            "scaling; it only costs time (use loss_scale.mode none)",
+                            loss_scale_mode_name(mode), policy_name(resolved),
+                            resolved == Policy::MixedBFloat16 ? "bfloat16" : "float32"));
+  }
+  if (auto_fell_back) {
+    w.push_back("policy auto resolved to float32: this device has no fast 16-bit math, so training runs in float32 "
+                "(set policy: mixed_float16 or mixed_bfloat16 to force mixed precision, e.g. to test numerics)");
+  }
+  return w;
+}
+
+// ---- the engine: one model, its optimizer and scaler, and the step -----------
+
+namespace {
+
+struct EvalStats {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+
+struct StepOutcome {
+  bool applied = false;
+  bool loss_finite = true;
+  SkipReason reason = SkipReason::None;
+  double loss_sum = 0, correct = 0;
+  int64_t n = 0;
+};
+
+/// Input/label/loss buffers of one batch, planned once.
+struct BatchBuffers {
+  Buffer x, y, scalars, dlogits;
+  int64_t max_batch = 0;
+  int H = 0, W = 0, C = 0, K = 0;
+
+  BatchBuffers(Backend& be, int64_t B, int H_, int W_, int C_, int K_) : max_batch(B), H(H_), W(W_), C(C_), K(K_) {
+    x = be.alloc(static_cast<size_t>(B * H * W * C), "input batch");
+    y = be.alloc(static_cast<size_t>(B) * 4, "labels");
+    scalars = be.alloc(64, "loss and accuracy");
+    dlogits = be.alloc(static_cast<size_t>(B * K) * 4, "logit gradients");
+  }
+  Tensor images(int64_t n) const { return x.view(DType::U8, Shape{n, H, W, C}); }
+  Tensor labels(int64_t n) const { return y.view(DType::I32, Shape{n}); }
+  Tensor loss() const { return Tensor(scalars.data(), DType::F32, Shape{1}); }
+  Tensor correct() const { return Tensor(static_cast<char*>(scalars.data()) + 4, DType::F32, Shape{1}); }
+  Tensor dl(int64_t n) const { return dlogits.view(DType::F32, Shape{n, K}); }
+};
+
+/// Evaluates `model` (inference mode) over the whole of `ds`; loss summed in double.
+EvalStats evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds) {
+  EvalStats r;
+  double loss = 0;
+  double correct = 0;
+  const int64_t B = bb.max_batch;
+  for (int64_t i = 0; i < ds.size(); i += B) {
+    const int64_t n = std::min(B, ds.size() - i);
+    const Tensor x = bb.images(n), y = bb.labels(n);
+    be.upload(x, ds.images.data() + i * ds.image_bytes());
+    be.upload(y, ds.labels.data() + i);
+    const Tensor logits = model.forward(x, false);
+    be.softmax_cross_entropy(logits, y, 1.0f, bb.loss(), bb.correct(), Tensor());
+    float l = 0, c = 0;
+    be.download(&l, bb.loss());
+    be.download(&c, bb.correct());
+    loss += static_cast<double>(l);
+    correct += static_cast<double>(c);
+  }
+  r.count = ds.size();
+  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
+  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
+  return r;
+}
+
+const char* kTryText =
+    "Try a lower optimizer.learning_rate, loss_scale.mode: dynamic, policy: mixed_bfloat16 or float32, and "
+    "debug.check_numerics: true to find the first non-finite layer on every step";
+
+class Engine {
+ public:
+  Engine(const Config& cfg, Policy policy, Backend& be, int H, int W, int C, int K, LossScaleMode mode)
+      : cfg_(cfg), policy_(policy), be_(be),
+        model_(cfg, policy, be, H, W, C, K, cfg.data.batch_size),
+        opt_(cfg.optimizer, be, model_.num_params()),
+        scaler_(cfg.loss_scale, mode),
+        bb_(be, cfg.data.batch_size, H, W, C, K) {}
+
+  Model& model() { return model_; }
+  Optimizer& optimizer() { return opt_; }
+  LossScaler& scaler() { return scaler_; }
+  BatchBuffers& buffers() { return bb_; }
+
+  /// One training step on a host batch (see DESIGN.md "One training step").
+  StepOutcome step(const uint8_t* images, const int32_t* labels, int64_t n, double lr, int64_t global_step) {
+    StepOutcome o;
+    o.n = n;
+    const Tensor x = bb_.images(n), y = bb_.labels(n), dl = bb_.dl(n);
+    be_.upload(x, images);
+    be_.upload(y, labels);
+    const Tensor logits = model_.forward(x, true, cfg_.seed, static_cast<uint64_t>(global_step));
+    const double S = scaler_.scale();
+    be_.softmax_cross_entropy(logits, y, static_cast<float>(S), bb_.loss(), bb_.correct(), dl);
+    float loss = 0, correct = 0;
+    be_.download(&loss, bb_.loss());
+    be_.download(&correct, bb_.correct());
+    o.loss_sum = loss;
+    o.correct = correct;
+    o.loss_finite = std::isfinite(loss);
+
+    if (cfg_.debug.check_numerics) {
+      const std::string bad = model_.first_nonfinite_forward();
+      if (!bad.empty()) spdlog::warn("check_numerics: step {}: first non-finite forward output: {}", global_step, bad);
+    }
+
+    std::string forward_where;
+    if (!o.loss_finite) {
+      forward_where = model_.first_nonfinite_forward();
+      if (policy_ == Policy::Float32) {
+        throw DivergedError(fmt::format(
+            "training diverged: the loss is {} at step {} under policy float32; {}. {}", std::isnan(loss) ? "NaN" : "inf",
+            global_step,
+            forward_where.empty() ? "every layer output was finite, the loss itself overflowed"
+                                  : "first non-finite output: layer " + forward_where,
+            kTryText));
+      }
+      o.reason = forward_where.empty() ? SkipReason::NonfiniteLoss : SkipReason::NonfiniteForward;
+    } else {
+      model_.backward(dl);
+      if (cfg_.debug.check_numerics) {
+        const std::string bad = model_.first_nonfinite_backward();
+        if (!bad.empty())
+          spdlog::warn("check_numerics: step {}: first non-finite gradient (loss scale {}): {}", global_step,
+                       format_scale(S), bad);
+      }
+      const bool finite = be_.unscale_and_check(model_.grads(), static_cast<float>(1.0 / S));
+      if (finite) {
+        opt_.step(model_.master(), model_.grads(), model_.compute_copy(), lr);
+        o.applied = true;
+      } else {
+        o.reason = SkipReason::BackwardOverflow;
+      }
+    }
+
+    const double before = scaler_.scale();
+    scaler_.update(o.applied, o.reason, [&]() -> std::string {
+      if (o.reason == SkipReason::BackwardOverflow) {
+        const std::string b = model_.first_nonfinite_backward();
+        return b.empty() ? "the forward pass was finite" : "forward pass finite, first non-finite gradient: " + b;
+      }
+      return forward_where.empty() ? "every layer output was finite, the loss overflowed"
+                                   : "first non-finite forward output: " + forward_where;
+    });
+    if (!o.applied) {
+      spdlog::info("step {}: skipped ({}), loss scale {} -> {}", global_step, skip_reason_name(o.reason),
+                   format_scale(before), format_scale(scaler_.scale()));
+    }
+    return o;
+  }
+
+ private:
+  const Config& cfg_;
+  Policy policy_;
+  Backend& be_;
+  Model model_;
+  Optimizer opt_;
+  LossScaler scaler_;
+  BatchBuffers bb_;
+};
+
+Config strip_layer_dtypes(Config c) {
+  std::function<void(std::vector<LayerConfig>&)> strip = [&](std::vector<LayerConfig>& ls) {
+    for (auto& l : ls) {
+      l.dtype.clear();
+      strip(l.layers);
+    }
+  };
+  strip(c.model.layers);
+  return c;
+}
+
+void set_normalization(Model& m, const Config& cfg) {
+  std::vector<double> mean = cfg.data.mean, stdv = cfg.data.std;
+  if (mean.empty() || stdv.empty()) default_normalization(cfg.data.dataset, mean, stdv);
+  m.set_input_normalization(mean, stdv);
+}
+
+/// Inputs [H, W, C] from the dataset, checked against model.input_shape when given.
+void check_input_shape(const Config& cfg, const Dataset& ds) {
+  const auto& s = cfg.model.input_shape;
+  if (s.empty()) return;
+  if (s.size() != 3 || s[0] != ds.H || s[1] != ds.W || s[2] != ds.C) {
+    std::string got;
+    for (size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
+    throw ConfigError(fmt::format("model.input_shape [{}] does not match the data set {} ([{}, {}, {}])", got,
+                                  cfg.data.dataset, ds.H, ds.W, ds.C));
+  }
+}
+
+std::vector<float> download_all(Backend& be, const Tensor& t) {
+  if (t.empty()) return {};
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  be.download(v.data(), t);
+  return v;
+}
+
+/// Loads master + state of a checkpoint into `m` after checking that it fits.
+void restore_weights(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg) {
+  if (ck.header.num_params != m.num_params() || ck.header.num_state != m.num_state()) {
+    throw ConfigError(fmt::format(
+        "checkpoint '{}' (config '{}') holds {} parameters and {} state values, but the model of config '{}' has {} "
+        "parameters and {} state values: the checkpoint was written for another model",
+        path, ck.header.config_name, ck.header.num_params, ck.header.num_state, cfg.name, m.num_params(),
+        m.num_state()));
+  }
+  if (m.num_params() > 0) be.upload(m.master(), ck.master.data());
+  if (m.num_state() > 0) be.upload(m.state(), ck.state.data());
+  m.refresh_compute_copy();
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m{:02}s", t / 3600, (t / 60) % 60, t % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+/// The live progress line on a terminal ('\r' updates), cleared before log lines.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on) {}
+  bool on() const { return on_; }
+  void show(const std::string& s) {
+    if (!on_) return;
+    const auto now = Clock::now();
+    if (shown_ && std::chrono::duration<double>(now - last_).count() < 0.2) return;
+    last_ = now;
+    std::fprintf(stderr, "\r\033[K%s", s.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void clear() {
+    if (!on_ || !shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    shown_ = false;
+  }
+  ~Progress() { clear(); }
+
+ private:
+  bool on_;
+  bool shown_ = false;
+  Clock::time_point last_{};
+};
+
+}  // namespace
+
+// ---- train ------------------------------------------------------------------
+
+TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
+  const auto t_start = Clock::now();
+
+  // Phase 1 (errors are thrown): device, policy, loss scaling, the checkpoint to resume.
+  Config cfg = cfg_in;
+  if (cfg.data.batch_size <= 0) throw ConfigError("data.batch_size must be > 0");
+  const ResolvedDevice rd = resolve_device(cfg.device);
+  std::unique_ptr<Backend> backend = create_backend(rd.device);
+  Backend& be = *backend;
+  const DeviceInfo dev = be.info();
+  std::string policy_reason;
+  const Policy policy = resolve_policy(cfg.policy, dev, &policy_reason);
+  const bool auto_fell_back = cfg.policy == Policy::Auto && policy == Policy::Float32;
+  const std::vector<std::string> warnings = precision_warnings(cfg, policy, auto_fell_back);
+  const LossScaleMode mode = effective_mode(cfg.loss_scale, policy);
+  // The resolved config (config.yaml): the policy and loss-scale mode actually used.
+  cfg.policy = policy;
+  cfg.loss_scale.mode = mode;
+  cfg.loss_scale.mode_explicit = true;
+
+  std::optional<Checkpoint> resume;
+  std::string resume_path;
+  if (!opts.resume.empty()) {
+    resume_path = resolve_checkpoint_path(opts.resume);
+    resume = load_checkpoint(resume_path);
+  }
+
+  // The run directory: --run-dir; else, when resuming from <run>/checkpoints/x.ckpt, that run's
+  // directory (metrics.jsonl and train.log are appended to); else runs/<name>-<timestamp>.
+  std::string run_dir = opts.run_dir;
+  if (run_dir.empty() && resume) {
+    const fs::path ck_dir = fs::path(resume_path).parent_path();
+    if (ck_dir.filename() == "checkpoints") run_dir = ck_dir.parent_path().string();
+  }
+  if (run_dir.empty()) run_dir = default_run_dir(cfg.name);
+  const bool append = resume && fs::exists(fs::path(run_dir) / "metrics.jsonl");
+  create_run_dir(run_dir);
+
+  // Phase 2: from here on every failure is recorded in summary.json.
+  TrainResult result;
+  result.run_dir = run_dir;
+  result.policy = policy_name(policy);
+  result.device = rd.device;
+  result.eval_policy = cfg.train.eval_policy == "float32" ? "float32" : policy_name(policy);
+  result.final_loss_scale = mode == LossScaleMode::None ? 1.0 : cfg.loss_scale.initial;
+  const fs::path dir(run_dir);
+  const std::string ckpt_dir = (dir / "checkpoints").string();
+  LogFileSink log_file((dir / "train.log").string());
+  Progress progress(opts.progress && ::isatty(STDERR_FILENO) != 0);
+
+  double prior_wall = 0;
+  double run_train_seconds = 0;
+  int64_t run_images = 0;
+  std::unique_ptr<Engine> engine;
+  try {
+    write_file_atomic((dir / "config.yaml").string(), to_yaml(cfg));
+    spdlog::info("run directory: {}{}", run_dir, resume ? " (resumed from " + resume_path + ")" : "");
+    spdlog::info("{}: {}", rd.reason, dev.description);
+    spdlog::info("{}", policy_reason);
+    spdlog::info("loss scaling: {}{}", loss_scale_mode_name(mode),
+                 mode == LossScaleMode::Dynamic
+                     ? fmt::format(" (initial {}, x{} every {} finite steps, x{} on overflow, min {}, stop after {} "
+                                   "skips in a row)",
+                                   format_scale(cfg.loss_scale.initial), cfg.loss_scale.growth_factor,
+                                   cfg.loss_scale.growth_interval, cfg.loss_scale.backoff_factor,
+                                   format_scale(cfg.loss_scale.min_scale), cfg.loss_scale.max_consecutive_skips)
+                 : mode == LossScaleMode::Fixed ? fmt::format(" (S = {})", format_scale(cfg.loss_scale.initial))
+                                                : std::string());
+    for (const auto& w : warnings) spdlog::warn("{}", w);
+
+    // Data.
+    const Dataset train_ds = load_dataset(cfg.data, Split::Train, cfg.seed);
+    const Dataset test_ds = load_dataset(cfg.data, Split::Test, cfg.seed);
+    check_input_shape(cfg, train_ds);
+    if (test_ds.H != train_ds.H || test_ds.W != train_ds.W || test_ds.C != train_ds.C)
+      throw DataError("the test split's image shape differs from the training split's");
+    Loader loader(train_ds, cfg.data.batch_size, cfg.data.shuffle, cfg.data.drop_last, cfg.data.augment, cfg.seed);
+    const int64_t steps_per_epoch = loader.steps_per_epoch();
+    if (steps_per_epoch <= 0)
+      throw ConfigError(fmt::format("data.drop_last with batch_size {} leaves no batch of the {} training records",
+                                    cfg.data.batch_size, train_ds.size()));
+
+    // Model, optimizer, scaler.
+    engine = std::make_unique<Engine>(cfg, policy, be, train_ds.H, train_ds.W, train_ds.C, train_ds.num_classes, mode);
+    Model& model = engine->model();
+    Optimizer& opt = engine->optimizer();
+    LossScaler& scaler = engine->scaler();
+    set_normalization(model, cfg);
+    model.init_params(cfg.seed);
+    if (!cfg.weights.init_from.empty() && !resume) {  // weights.init_from (train/weights.h); --resume restores its own
+      const WeightsLayout wl = import_weights(model, be, cfg, Shape{train_ds.H, train_ds.W, train_ds.C}, cfg.weights.init_from);
+      spdlog::info("weights: {} ({} layout)", cfg.weights.init_from, weights_layout_name(wl));
+    }
+
+    std::unique_ptr<Model> eval_model;
+    if (cfg.train.eval_policy == "float32" && !model.compute_copy().empty()) {
+      eval_model = std::make_unique<Model>(strip_layer_dtypes(cfg), Policy::Float32, be, train_ds.H, train_ds.W,
+                                           train_ds.C, train_ds.num_classes, cfg.data.batch_size);
+      set_normalization(*eval_model, cfg);
+    }
+
+    const double base_lr =
+        cfg.optimizer.learning_rate *
+        (cfg.optimizer.scale_lr_by_batch ? static_cast<double>(cfg.data.batch_size) / 256.0 : 1.0);
+    LrSchedule sched(cfg.schedule, base_lr, cfg.train.epochs, steps_per_epoch);
+
+    // Position and state (restored on --resume).
+    int64_t epoch = 0, first_step = 0, global_step = 0;
+    double best_acc = 0, last_acc = 0, last_test_loss = 0;
+    double ep_loss_sum = 0;
+    int64_t ep_correct = 0, ep_count = 0, ep_skipped = 0;
+    bool evaluated_at_end = false;
+    if (resume) {
+      const CheckpointHeader& h = resume->header;
+      restore_weights(be, model, *resume, resume_path, cfg);
+      if (h.optimizer != cfg.optimizer.name)
+        throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'",
+                                      resume_path, h.optimizer, cfg.optimizer.name));
+      opt.upload_state(resume->opt1, resume->opt2);
+      opt.set_applied_updates(h.applied_updates);
+      scaler.set_state(h.scaler);
+      sched.set_state(h.schedule);
+      epoch = h.epoch;
+      first_step = h.step_in_epoch;
+      global_step = h.global_step;
+      best_acc = h.best_test_accuracy;
+      last_acc = h.last_test_accuracy;
+      last_test_loss = h.last_test_loss;
+      ep_loss_sum = h.epoch_loss_sum;
+      ep_correct = h.epoch_correct;
+      ep_count = h.epoch_count;
+      ep_skipped = h.epoch_skipped;
+      prior_wall = h.wall_seconds;
+      result.final_train_loss = h.final_train_loss;
+      result.final_train_accuracy = h.final_train_accuracy;
+      if (h.policy != policy_name(policy))
+        spdlog::info("the checkpoint was written under policy {}, training continues under {}", h.policy,
+                     policy_name(policy));
+      if (first_step >= steps_per_epoch) {
+        ++epoch;
+        first_step = 0;
+      }
+      spdlog::info("resuming at epoch {}, step {} of the epoch (global step {}, {} updates applied, loss scale {})",
+                   epoch + 1, first_step, global_step, opt.applied_updates(), format_scale(scaler.scale()));
+    }
+    result.epochs = epoch;
+    result.steps = global_step;
+    result.best_test_accuracy = best_acc;
+    result.final_test_accuracy = last_acc;
+    result.final_test_loss = last_test_loss;
+
+    result.memory = model.memory_report();
+    result.optimizer_state_bytes = opt.state_bytes();
+    spdlog::info("model:\n{}", model.summary_table());
+    spdlog::info("data: {} train {} records, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}",
+                 cfg.data.dataset, train_ds.size(), test_ds.size(), train_ds.H, train_ds.W, train_ds.C,
+                 cfg.data.batch_size, steps_per_epoch, cfg.train.epochs, cfg.train.epochs == 1 ? "" : "s");
+    spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {} B, grads {} B, compute copy {} B, "
+                 "optimizer state {} B, activations {} B",
+                 cfg.optimizer.name, base_lr, cfg.schedule.name, result.memory.master_bytes,
+                 result.memory.grad_bytes, result.memory.compute_copy_bytes, result.optimizer_state_bytes,
+                 result.memory.activation_bytes);
+
+    MetricsWriter metrics((dir / "metrics.jsonl").string(), append);
+
+    // ---- helpers over the current state ----
+    auto make_checkpoint = [&](int64_t ck_epoch, int64_t ck_step) {
+      Checkpoint c;
+      CheckpointHeader& h = c.header;
+      h.config_name = cfg.name;
+      h.policy = policy_name(policy);
+      h.device = rd.device;
+      h.optimizer = cfg.optimizer.name;
+      h.dataset = cfg.data.dataset;
+      h.seed = cfg.seed;
+      h.batch_size = cfg.data.batch_size;
+      h.num_params = model.num_params();
+      h.num_state = model.num_state();
+      h.epoch = ck_epoch;
+      h.step_in_epoch = ck_step;
+      h.global_step = global_step;
+      h.applied_updates = opt.applied_updates();
+      h.scaler = scaler.state();
+      h.schedule = sched.state();
+      h.best_test_accuracy = best_acc;
+      h.last_test_accuracy = last_acc;
+      h.last_test_loss = last_test_loss;
+      h.epoch_loss_sum = ck_step == 0 ? 0.0 : ep_loss_sum;
+      h.epoch_correct = ck_step == 0 ? 0 : ep_correct;
+      h.epoch_count = ck_step == 0 ? 0 : ep_count;
+      h.epoch_skipped = ck_step == 0 ? 0 : ep_skipped;
+      h.wall_seconds = prior_wall + seconds_since(t_start);
+      h.final_train_loss = result.final_train_loss;
+      h.final_train_accuracy = result.final_train_accuracy;
+      c.master = download_all(be, model.master());
+      c.state = download_all(be, model.state());
+      c.opt1 = opt.download_state1();
+      c.opt2 = opt.download_state2();
+      return c;
+    };
+    auto save = [&](const std::string& name, int64_t ck_epoch, int64_t ck_step) {
+      const std::string path = ckpt_dir + "/" + name;
+      save_checkpoint(path, make_checkpoint(ck_epoch, ck_step));
+      spdlog::info("saved {} (epoch {}, step {} of the epoch)", path, ck_epoch, ck_step);
+    };
+    auto evaluate = [&]() {
+      Model* m = &model;
+      if (eval_model) {
+        if (model.num_params() > 0) be.copy(eval_model->master(), model.master());
+        if (model.num_state() > 0) be.copy(eval_model->state(), model.state());
+        eval_model->refresh_compute_copy();
+        m = eval_model.get();
+      }
+      return evaluate_model(be, *m, engine->buffers(), test_ds);
+    };
+
+    const int64_t epochs = cfg.train.epochs;
+    const int64_t log_every = std::max<int64_t>(1, cfg.train.log_every);
+    const int64_t max_steps = cfg.train.max_steps;
+    bool stop = false;
+    std::string stop_kind;  // "interrupted" | "max_steps"
+    Batch batch;
+
+    while (!stop && epoch < epochs && !(max_steps > 0 && global_step >= max_steps)) {
+      loader.start_epoch(epoch, first_step);
+      const auto t_epoch = Clock::now();
+      double epoch_train_seconds = 0;
+      int64_t epoch_images = 0;
+      // the log window
+      double win_loss = 0, win_correct = 0;
+      int64_t win_count = 0, win_images = 0;
+      auto t_win = Clock::now();
+
+      while (loader.next(batch)) {
+        const auto t_step = Clock::now();
+        const double lr = sched.lr(global_step);
+        const StepOutcome o = engine->step(batch.images.data(), batch.labels.data(), batch.n, lr, global_step);
+        const double dt = seconds_since(t_step);
+        epoch_train_seconds += dt;
+        run_train_seconds += dt;
+        ++global_step;
+        epoch_images += o.n;
+        run_images += o.n;
+        win_images += o.n;
+        if (!o.applied) ++ep_skipped;
+        if (o.loss_finite) {
+          ep_loss_sum += o.loss_sum;
+          ep_correct += static_cast<int64_t>(std::lround(o.correct));
+          ep_count += o.n;
+          win_loss += o.loss_sum;
+          win_correct += o.correct;
+          win_count += o.n;
+        }
+        result.steps = global_step;
+        result.skipped_steps = scaler.state().skipped_total;
+        result.final_loss_scale = scaler.scale();
+        result.last_skip_reason = skip_reason_name(scaler.state().last_skip_reason);
+
+        const int64_t pos = loader.position();
+        const double avg_step = run_train_seconds / static_cast<double>(std::max<int64_t>(1, run_images)) *
+                                static_cast<double>(cfg.data.batch_size);
+        const int64_t total_steps =
+            max_steps > 0 ? std::min(max_steps, epochs * steps_per_epoch) : epochs * steps_per_epoch;
+        const double eta = avg_step * static_cast<double>(std::max<int64_t>(0, total_steps - global_step));
+        if (global_step % log_every == 0) {
+          const double win_s = seconds_since(t_win);
+          const double ips = win_s > 0 ? static_cast<double>(win_images) / win_s : 0.0;
+          const double wl = win_count ? win_loss / static_cast<double>(win_count) : std::nan("");
+          const double wa = win_count ? win_correct / static_cast<double>(win_count) : std::nan("");
+          const std::string line = fmt::format(
+              "epoch {}/{} step {}/{} (global {}): loss {:.4f} acc {:.4f} lr {:.3g} scale {} skipped {} "
+              "{:.0f} img/s ETA {}",
+              epoch + 1, epochs, pos, steps_per_epoch, global_step, wl, wa, lr, format_scale(scaler.scale()),
+              scaler.state().skipped_total, ips, format_duration(eta));
+          if (progress.on()) {
+            spdlog::debug("{}", line);  // the live line shows it; train.log gets it below
+            log_file.write_info(line);
+          } else {
+            spdlog::info("{}", line);
+          }
+          metrics.write({{"kind", "step"},
+                         {"step", global_step},
+                         {"epoch", epoch + 1},
+                         {"loss", json_number(wl)},
+                         {"accuracy", json_number(wa)},
+                         {"learning_rate", lr},
+                         {"loss_scale", scaler.scale()},
+                         {"skipped_steps", scaler.state().skipped_total},
+                         {"images_per_sec", ips},
+                         {"memory_bytes", be.memory_stats().current_bytes}});
+          win_loss = win_correct = 0;
+          win_count = win_images = 0;
+          t_win = Clock::now();
+        }
+        if (progress.on()) {
+          const double l = ep_count ? ep_loss_sum / static_cast<double>(ep_count) : std::nan("");
+          const double a = ep_count ? static_cast<double>(ep_correct) / static_cast<double>(ep_count) : std::nan("");
+          progress.show(fmt::format("epoch {}/{} {}/{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s ETA {}",
+                                    epoch + 1, epochs, pos, steps_per_epoch, l, a, lr, format_scale(scaler.scale()),
+                                    epoch_train_seconds > 0 ? static_cast<double>(epoch_images) / epoch_train_seconds
+                                                            : 0.0,
+                                    format_duration(eta)));
+        }
+        if (stop_requested().load()) {
+          stop = true;
+          stop_kind = "interrupted";
+          break;
+        }
+        if (max_steps > 0 && global_step >= max_steps) {
+          stop = true;
+          stop_kind = "max_steps";
+          break;
+        }
+      }
+      progress.clear();
+
+      const bool epoch_done = loader.position() >= steps_per_epoch;
+      const double train_loss = ep_count ? ep_loss_sum / static_cast<double>(ep_count) : std::nan("");
+      const double train_acc = ep_count ? static_cast<double>(ep_correct) / static_cast<double>(ep_count) : 0.0;
+      if (stop_kind == "interrupted") {
+        // Save the exact position (mid-epoch); the partial epoch's sums go into the checkpoint.
+        if (epoch_done) {
+          result.final_train_loss = train_loss;
+          result.final_train_accuracy = train_acc;
+          ++epoch;
+          result.epochs = epoch;
+          save("last.ckpt", epoch, 0);
+        } else {
+          save("last.ckpt", epoch, loader.position());
+        }
+        break;
+      }
+      if (!epoch_done) {  // max_steps inside the epoch
+        result.final_train_loss = train_loss;
+        result.final_train_accuracy = train_acc;
+        break;
+      }
+
+      // ---- end of a complete epoch ----
+      result.final_train_loss = train_loss;
+      result.final_train_accuracy = train_acc;
+      ++epoch;
+      result.epochs = epoch;
+      const bool last_epoch = epoch >= epochs || (max_steps > 0 && global_step >= max_steps);
+      const bool do_eval = last_epoch || (cfg.train.eval_every > 0 && epoch % cfg.train.eval_every == 0);
+      json rec = {{"kind", "epoch"},
+                  {"epoch", epoch},
+                  {"step", global_step},
+                  {"train_loss", json_number(train_loss)},
+                  {"train_accuracy", train_acc},
+                  {"test_loss", nullptr},
+                  {"test_accuracy", nullptr},
+                  {"learning_rate", sched.lr(std::max<int64_t>(0, global_step - 1))},
+                  {"loss_scale", scaler.scale()},
+                  {"skipped_steps", scaler.state().skipped_total},
+                  {"epoch_skipped_steps", ep_skipped},
+                  {"last_skip_reason", skip_reason_name(scaler.state().last_skip_reason)},
+                  {"images_per_sec",
+                   epoch_train_seconds > 0 ? static_cast<double>(epoch_images) / epoch_train_seconds : 0.0},
+                  {"wall_seconds", prior_wall + seconds_since(t_start)}};
+      bool improved = false;
+      if (do_eval) {
+        const EvalStats ev = evaluate();
+        last_acc = ev.accuracy;
+        last_test_loss = ev.loss;
+        improved = ev.accuracy > best_acc || (best_acc == 0 && !fs::exists(ckpt_dir + "/best.ckpt"));
+        best_acc = std::max(best_acc, ev.accuracy);
+        result.final_test_accuracy = ev.accuracy;
+        result.final_test_loss = ev.loss;
+        result.best_test_accuracy = best_acc;
+        rec["test_loss"] = json_number(ev.loss);
+        rec["test_accuracy"] = ev.accuracy;
+        if (sched.on_eval(ev.loss))
+          spdlog::info("reduce_on_plateau: test loss has not improved for {} evaluations; learning rate -> {:g}",
+                       cfg.schedule.patience, sched.state().plateau_lr);
+        evaluated_at_end = last_epoch;
+      }
+      spdlog::info("epoch {}/{} done in {}: train loss {:.4f} acc {:.4f}{}; {:.0f} img/s, loss scale {}, {} skipped "
+                   "steps this epoch{}",
+                   epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc,
+                   do_eval ? fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", last_test_loss, last_acc,
+                                         best_acc, cfg.train.eval_policy == "float32" ? ", float32 eval" : "")
+                           : std::string(),
+                   rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), ep_skipped,
+                   ep_skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)
+                              : std::string());
+      metrics.write(rec);
+      ep_loss_sum = 0;
+      ep_correct = ep_count = ep_skipped = 0;
+      first_step = 0;
+      if (improved) save("best.ckpt", epoch, 0);
+      if (last_epoch || (cfg.train.checkpoint_every > 0 && epoch % cfg.train.checkpoint_every == 0))
+        save("last.ckpt", epoch, 0);
+      log_file.flush();
+    }
+
+    if (stop_kind == "interrupted") {
+      result.status = "interrupted";
+      result.exit_code = kExitInterrupted;
+      result.message = fmt::format("interrupted after step {}; last.ckpt saved, continue with --resume {}",
+                                   global_step, run_dir);
+      spdlog::info("{}", result.message);
+    } else {
+      if (!evaluated_at_end) {
+        const EvalStats ev = evaluate();
+        last_acc = ev.accuracy;
+        last_test_loss = ev.loss;
+        best_acc = std::max(best_acc, ev.accuracy);
+        result.final_test_accuracy = ev.accuracy;
+        result.final_test_loss = ev.loss;
+        result.best_test_accuracy = best_acc;
+        spdlog::info("final evaluation: test loss {:.4f} acc {:.4f}", ev.loss, ev.accuracy);
+        if (stop_kind == "max_steps") {
+          metrics.write({{"kind", "epoch"},
+                         {"epoch", epoch + 1},
+                         {"partial", true},
+                         {"step", global_step},
+                         {"train_loss", json_number(result.final_train_loss)},
+                         {"train_accuracy", result.final_train_accuracy},
+                         {"test_loss", json_number(ev.loss)},
+                         {"test_accuracy", ev.accuracy},
+                         {"learning_rate", sched.lr(std::max<int64_t>(0, global_step - 1))},
+                         {"loss_scale", scaler.scale()},
+                         {"skipped_steps", scaler.state().skipped_total},
+                         {"last_skip_reason", skip_reason_name(scaler.state().last_skip_reason)},
+                         {"images_per_sec", run_train_seconds > 0 ? static_cast<double>(run_images) / run_train_seconds : 0.0},
+                         {"wall_seconds", prior_wall + seconds_since(t_start)}});
+          save("last.ckpt", epoch, loader.position() >= steps_per_epoch ? 0 : loader.position());
+        }
+      }
+      result.status = "completed";
+      result.exit_code = kExitOk;
+      result.message.clear();
+    }
+  } catch (const DivergedError& e) {
+    result.status = "diverged";
+    result.exit_code = kExitDiverged;
+    result.message = e.what();
+  } catch (const Error& e) {
+    result.status = "failed";
+    result.exit_code = e.exit_code();
+    result.message = e.what();
+  } catch (const std::bad_alloc&) {
+    result.status = "failed";
+    result.exit_code = kExitInternal;
+    result.message = "out of host memory";
+  } catch (const std::exception& e) {
+    result.status = "failed";
+    result.exit_code = kExitInternal;
+    result.message = std::string("internal error: ") + e.what();
+  }
+  progress.clear();
+  if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) spdlog::error("{}", result.message);
+
+  if (engine) {
+    result.skipped_steps = engine->scaler().state().skipped_total;
+    result.final_loss_scale = engine->scaler().scale();
+    result.last_skip_reason = skip_reason_name(engine->scaler().state().last_skip_reason);
+  }
+  result.wall_seconds = prior_wall + seconds_since(t_start);
+  result.images_per_sec = run_train_seconds > 0 ? static_cast<double>(run_images) / run_train_seconds : 0.0;
+  result.peak_memory_bytes = be.memory_stats().peak_bytes;
+  try {
+    write_summary((dir / "summary.json").string(), result);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot write summary.json: {}", e.what());
+  }
+  if (result.status == "completed") {
+    spdlog::info("completed: {} epochs, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
+                 result.epochs, result.steps, result.final_test_accuracy, result.best_test_accuracy,
+                 result.images_per_sec, format_duration(result.wall_seconds));
+  }
+  log_file.flush();
+  return result;
+}
+
+// ---- eval -------------------------------------------------------------------
+
+EvalResult evaluate_checkpoint(const Config& cfg_in, const std::string& checkpoint) {
+  Config cfg = cfg_in;
+  const std::string path = resolve_checkpoint_path(checkpoint);
+  const Checkpoint ck = load_checkpoint(path);
+  const ResolvedDevice rd = resolve_device(cfg.device);
+  std::unique_ptr<Backend> backend = create_backend(rd.device);
+  std::string reason;
+  const Policy policy = resolve_policy(cfg.policy, backend->info(), &reason);
+  const Dataset test_ds = load_dataset(cfg.data, Split::Test, cfg.seed);
+  check_input_shape(cfg, test_ds);
+  Model model(cfg, policy, *backend, test_ds.H, test_ds.W, test_ds.C, test_ds.num_classes, cfg.data.batch_size);
+  set_normalization(model, cfg);
+  restore_weights(*backend, model, ck, path, cfg);
+  BatchBuffers bb(*backend, cfg.data.batch_size, test_ds.H, test_ds.W, test_ds.C, test_ds.num_classes);
+  const EvalStats ev = evaluate_model(*backend, model, bb, test_ds);
+  EvalResult r;
+  r.loss = ev.loss;
+  r.accuracy = ev.accuracy;
+  r.count = ev.count;
+  r.policy = policy_name(policy);
+  return r;
+}
+
+// ---- bench ------------------------------------------------------------------
+
+BenchResult bench(const Config& cfg_in, int64_t steps, int64_t warmup) {
+  if (steps <= 0) throw ConfigError("bench: steps must be > 0, got " + std::to_string(steps));
+  if (warmup < 0) throw ConfigError("bench: warmup must be >= 0, got " + std::to_string(warmup));
+  Config cfg = cfg_in;
+  const ResolvedDevice rd = resolve_device(cfg.device);
+  std::unique_ptr<Backend> backend = create_backend(rd.device);
+  Backend& be = *backend;
+  std::string reason;
+  const Policy policy = resolve_policy(cfg.policy, be.info(), &reason);
+  const LossScaleMode mode = effective_mode(cfg.loss_scale, policy);
+  spdlog::info("{}; {}", rd.reason, reason);
+
+  // Real data when it loads, else random uint8 images of the data set's shape.
+  std::optional<Dataset> ds;
+  try {
+    ds = load_dataset(cfg.data, Split::Train, cfg.seed);
+  } catch (const DataError& e) {
+    spdlog::info("bench: no data ({}); timing random inputs", e.what());
+  }
+  int H = 28, W = 28, C = 1, K = 10;
+  if (ds) {
+    H = ds->H, W = ds->W, C = ds->C, K = ds->num_classes;
+  } else if (cfg.model.input_shape.size() == 3) {
+    H = static_cast<int>(cfg.model.input_shape[0]);
+    W = static_cast<int>(cfg.model.input_shape[1]);
+    C = static_cast<int>(cfg.model.input_shape[2]);
+  } else if (cfg.data.dataset == "cifar10") {
+    H = W = 32, C = 3;
+  }
+  const int64_t B = cfg.data.batch_size;
+  Engine engine(cfg, policy, be, H, W, C, K, mode);
+  set_normalization(engine.model(), cfg);
+  engine.model().init_params(cfg.seed);
+  const double lr = cfg.optimizer.learning_rate;
+
+  std::vector<uint8_t> rnd_images;
+  std::vector<int32_t> rnd_labels;
+  std::optional<Loader> loader;
+  Batch batch;
+  if (ds) {
+    loader.emplace(*ds, B, cfg.data.shuffle, true, cfg.data.augment, cfg.seed);
+    if (loader->steps_per_epoch() == 0) loader.reset();
+  }
+  if (!loader) {
+    Rng rng(cfg.seed);
+    rnd_images.resize(static_cast<size_t>(B * H * W * C));
+    rnd_labels.resize(static_cast<size_t>(B));
+    for (auto& v : rnd_images) v = static_cast<uint8_t>(rng.uniform_int(256));
+    for (auto& v : rnd_labels) v = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(K)));
+  }
+  int64_t epoch = 0;
+  auto next = [&](const uint8_t*& x, const int32_t*& y, int64_t& n) {
+    if (loader) {
+      if (!loader->next(batch)) {
+        loader->start_epoch(++epoch);
+        loader->next(batch);
+      }
+      x = batch.images.data(), y = batch.labels.data(), n = batch.n;
+    } else {
+      x = rnd_images.data(), y = rnd_labels.data(), n = B;
+    }
+  };
+  if (loader) loader->start_epoch(0);
+
+  std::vector<double> ms;
+  int64_t images = 0;
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    const uint8_t* x;
+    const int32_t* y;
+    int64_t n;
+    next(x, y, n);
+    be.synchronize();
+    const auto t = Clock::now();
+    engine.step(x, y, n, lr, i);
+    be.synchronize();
+    const double dt = seconds_since(t) * 1e3;
+    if (i >= warmup) {
+      ms.push_back(dt);
+      images += n;
+    }
+  }
+  BenchResult r;
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t m = sorted.size();
+  r.step_ms_median = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+  r.step_ms_min = sorted.front();
+  r.step_ms_max = sorted.back();
+  double total_ms = 0;
+  for (double v : ms) total_ms += v;
+  r.images_per_sec = total_ms > 0 ? static_cast<double>(images) / (total_ms / 1e3) : 0.0;
+  r.peak_memory_bytes = be.memory_stats().peak_bytes;
+  r.policy = policy_name(policy);
+  r.device = rd.device;
+  r.batch_size = B;
+  r.steps = steps;
+  r.memory = engine.model().memory_report();
+  return r;
+}
+
+}  // namespace mpx
