@@ -235,6 +235,11 @@ class Backend {
   /// Accounting hook for implementations' allocations.
   void note_alloc(size_t bytes);
   void note_free(size_t bytes);
+  /// Device-wide total/free bytes (CUDA: cudaMemGetInfo), refreshed by implementations that know them.
+  void note_device_memory(size_t total, size_t free) {
+    mem_.device_total_bytes = total;
+    mem_.device_free_bytes = free;
+  }
 
  private:
   friend class Buffer;

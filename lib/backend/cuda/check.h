@@ -33,3 +33,19 @@ inline int current_device() {
 #define MPX_CUDA_CHECK(stmt) MPX_CHECK_GEN("CUDA", stmt, cudaSuccess, cudaGetErrorString)
 #define MPX_CUDNN_CHECK(stmt) MPX_CHECK_GEN("cuDNN", stmt, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 #define MPX_CUBLAS_CHECK(stmt) MPX_CHECK_GEN("cuBLAS", stmt, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+
+/// After every kernel launch (llm.c, Caffe's CUDA_POST_KERNEL_CHECK): the launch error now, and with
+/// MPX_CUDA_SYNC_DEBUG (CMake option) the execution error too, so a fault points at its launch.
+#if MPX_CUDA_SYNC_DEBUG
+#define MPX_CUDA_LAUNCH_CHECK(stream)               \
+  do {                                              \
+    MPX_CUDA_CHECK(cudaGetLastError());             \
+    MPX_CUDA_CHECK(cudaStreamSynchronize(stream));  \
+  } while (0)
+#else
+#define MPX_CUDA_LAUNCH_CHECK(stream)   \
+  do {                                  \
+    (void)(stream);                     \
+    MPX_CUDA_CHECK(cudaGetLastError()); \
+  } while (0)
+#endif

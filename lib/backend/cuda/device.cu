@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// CUDA device discovery for `mpx devices` and `device: auto`, and the factory
-// of the CUDA backend.
+// CUDA device discovery for `mpx devices` and `device: auto`, and the error
+// thrower of check.h.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -48,11 +48,6 @@ std::vector<DeviceInfo> cuda_devices_impl() {
   return out;
 }
 
-std::unique_ptr<Backend> create_cuda_backend(int device) {
-  (void)device;
-  throw Error(
-      "the CUDA backend's operations are not implemented in this version of mpx (issue 4); "
-      "use device: cpu");
-}
+// create_cuda_backend() is in backend.cpp, beside CudaBackend.
 
 }  // namespace mpx

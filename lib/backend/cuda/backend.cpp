@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: MIT
+// CudaBackend: wiring of the op files and the Context; memory through cudaMalloc
+// (planned once by the model, never in the step loop), transfers on the compute
+// stream, the MPX_CUDA_SYNC_DEBUG switch after every op. Twin of cpu/backend.cpp.
+#include "backend/cuda/backend.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+
+namespace mpx {
+namespace cuda {
+
+CudaBackend::CudaBackend(int device)
+    : ctx_(std::make_unique<Context>(device, [this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); })) {
+  refresh_device_memory();
+}
+
+CudaBackend::~CudaBackend() = default;
+
+DeviceInfo CudaBackend::info() const {
+  const cudaDeviceProp& prop = ctx_->prop();
+  DeviceInfo d;
+  d.name = fmt::format("cuda:{}", ctx_->device());
+  d.compute_capability = ctx_->compute_capability();
+  d.native_f16 = d.compute_capability >= 70;   // Tensor Cores
+  d.native_bf16 = d.compute_capability >= 80;  // bf16 Tensor Cores
+  d.description = fmt::format("{}, compute capability {}.{}, {:.1f} GiB, {} SMs", prop.name, prop.major, prop.minor,
+                              static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024 * 1024),
+                              prop.multiProcessorCount);
+  return d;
+}
+
+bool CudaBackend::supports(Op op, DType t) const {
+  switch (op) {
+    case Op::SoftmaxCrossEntropy:
+    case Op::UnscaleAndCheck:
+    case Op::OptimizerStep:
+      return t == DType::F32;
+    case Op::Conv2d:
+    case Op::Dense:
+      // cuDNN and cuBLASLt have bfloat16 kernels from Ampere (cc 8.0) on.
+      if (t == DType::BF16) return ctx_->compute_capability() >= 80;
+      return is_float(t);
+    default:
+      return is_float(t);  // own kernels: float32, float16 and bfloat16 everywhere
+  }
+}
+
+void CudaBackend::synchronize() { MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream())); }
+
+void CudaBackend::refresh_device_memory() {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) note_device_memory(total, free);
+  cudaGetLastError();
+}
+
+void CudaBackend::after_op(const char* op) {
+#if MPX_CUDA_SYNC_DEBUG
+  const cudaError_t e = cudaStreamSynchronize(ctx_->stream());
+  if (e != cudaSuccess)
+    throw CudaError(fmt::format("CUDA error on device {} after {}: {}", ctx_->device(), op, cudaGetErrorString(e)));
+#else
+  (void)op;
+#endif
+}
+
+void* CudaBackend::alloc_impl(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it; Backend::alloc throws OutOfMemoryError naming the allocation
+    return nullptr;
+  }
+  MPX_CUDA_CHECK(e);
+  refresh_device_memory();
+  return p;
+}
+
+void CudaBackend::free_impl(void* p) {
+  // Called from Buffer's destructor: log, never throw.
+  const cudaError_t e = cudaFree(p);
+  if (e != cudaSuccess) spdlog::error("CUDA: cudaFree failed on cuda:{}: {}", ctx_->device(), cudaGetErrorString(e));
+  refresh_device_memory();
+}
+
+void CudaBackend::upload_impl(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_->stream()));
+  // From pageable memory the call returns once the source is staged; from pinned memory the
+  // copy is truly asynchronous, so wait for it before the caller may reuse its buffer.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost)
+    MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
+  cudaGetLastError();
+  after_op("upload");
+}
+
+void CudaBackend::download_impl(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()));
+  MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
+}
+
+void CudaBackend::fill_impl(const Tensor& dst, float value) {
+  cuda::fill(*ctx_, dst, value);
+  after_op("fill");
+}
+void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
+  cuda::copy(*ctx_, dst, src);
+  after_op("copy");
+}
+void CudaBackend::cast_impl(const Tensor& src, const Tensor& dst) {
+  cuda::cast(*ctx_, src, dst);
+  after_op("cast");
+}
+void CudaBackend::normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) {
+  cuda::normalize_input(*ctx_, x, mean, std, y);
+  after_op("normalize_input");
+}
+void CudaBackend::conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                      const Tensor& y, Activation act) {
+  cuda::conv2d_forward(*ctx_, p, x, w, bias, y, act);
+  after_op("conv2d_forward");
+}
+void CudaBackend::conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                            const Tensor& dx) {
+  cuda::conv2d_backward_data(*ctx_, p, dy, w, dx);
+  after_op("conv2d_backward_data");
+}
+void CudaBackend::conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                              const Tensor& dw, const Tensor& db) {
+  cuda::conv2d_backward_filter(*ctx_, p, x, dy, dw, db);
+  after_op("conv2d_backward_filter");
+}
+void CudaBackend::dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                                     Activation act) {
+  cuda::dense_forward(*ctx_, x, w, bias, y, act);
+  after_op("dense_forward");
+}
+void CudaBackend::dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  cuda::dense_backward_data(*ctx_, dy, w, dx);
+  after_op("dense_backward_data");
+}
+void CudaBackend::dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                              const Tensor& db) {
+  cuda::dense_backward_weights(*ctx_, x, dy, dw, db);
+  after_op("dense_backward_weights");
+}
+void CudaBackend::activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) {
+  cuda::activation_forward(*ctx_, act, x, y);
+  after_op("activation_forward");
+}
+void CudaBackend::activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  cuda::activation_backward(*ctx_, act, y, dy, dx);
+  after_op("activation_backward");
+}
+void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& y) {
+  cuda::add(*ctx_, a, b, y);
+  after_op("add");
+}
+void CudaBackend::pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) {
+  cuda::pool_forward(*ctx_, p, x, y);
+  after_op("pool_forward");
+}
+void CudaBackend::pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                     const Tensor& dx) {
+  cuda::pool_backward(*ctx_, p, x, y, dy, dx);
+  after_op("pool_backward");
+}
+void CudaBackend::global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) {
+  cuda::global_avg_pool_forward(*ctx_, x, y);
+  after_op("global_avg_pool_forward");
+}
+void CudaBackend::global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) {
+  cuda::global_avg_pool_backward(*ctx_, dy, dx);
+  after_op("global_avg_pool_backward");
+}
+void CudaBackend::batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                   float momentum, float epsilon, const Tensor& running_mean,
+                                                   const Tensor& running_var, const Tensor& saved_mean,
+                                                   const Tensor& saved_invstd, const Tensor& y) {
+  cuda::batch_norm_forward_training(*ctx_, x, gamma, beta, momentum, epsilon, running_mean, running_var, saved_mean,
+                                    saved_invstd, y);
+  after_op("batch_norm_forward_training");
+}
+void CudaBackend::batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                    const Tensor& running_mean, const Tensor& running_var,
+                                                    float epsilon, const Tensor& y) {
+  cuda::batch_norm_forward_inference(*ctx_, x, gamma, beta, running_mean, running_var, epsilon, y);
+  after_op("batch_norm_forward_inference");
+}
+void CudaBackend::batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                                           const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
+                                           const Tensor& dgamma, const Tensor& dbeta) {
+  cuda::batch_norm_backward(*ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+  after_op("batch_norm_backward");
+}
+void CudaBackend::softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                             const Tensor& loss_sum_out, const Tensor& correct_out,
+                                             const Tensor& dlogits) {
+  cuda::softmax_cross_entropy(*ctx_, logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
+  after_op("softmax_cross_entropy");
+}
+void CudaBackend::dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
+                                       const Tensor& mask, const Tensor& y) {
+  cuda::dropout_forward(*ctx_, x, rate, seed, offset, mask, y);
+  after_op("dropout_forward");
+}
+void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) {
+  cuda::dropout_backward(*ctx_, dy, mask, rate, dx);
+  after_op("dropout_backward");
+}
+bool CudaBackend::unscale_and_check_impl(const Tensor& grads, float inv_scale) {
+  return cuda::unscale_and_check(*ctx_, grads, inv_scale);  // synchronous (one 4-byte read back)
+}
+void CudaBackend::optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                      const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
+  cuda::optimizer_step(*ctx_, s, master, grads, state1, state2, compute_copy);
+  after_op("optimizer_step");
+}
+TensorStats CudaBackend::stats_impl(const Tensor& x) { return cuda::stats(*ctx_, x); }
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> create_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+}  // namespace mpx

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// CudaBackend: the Backend of one NVIDIA GPU. Each *_impl forwards to the op
+// group in its own file (memory.cu, conv.cpp, dense.cpp, ...), exactly as
+// cpu/backend.cpp does; this class only wires them and owns the Context.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+
+namespace mpx::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  DeviceInfo info() const override;
+  bool supports(Op op, DType t) const override;
+  void synchronize() override;
+
+ private:
+  /// Refreshes cudaMemGetInfo into memory_stats() (after allocations, not in the step loop).
+  void refresh_device_memory();
+  /// MPX_CUDA_SYNC_DEBUG: waits for the op just queued so a fault names it.
+  void after_op(const char* op);
+
+  void* alloc_impl(size_t bytes) override;
+  void free_impl(void* p) override;
+  void upload_impl(void* dst, const void* src, size_t bytes) override;
+  void download_impl(void* dst, const void* src, size_t bytes) override;
+  void fill_impl(const Tensor& dst, float value) override;
+  void copy_impl(const Tensor& dst, const Tensor& src) override;
+  void cast_impl(const Tensor& src, const Tensor& dst) override;
+  void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override;
+  void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& y, Activation act) override;
+  void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                                 const Tensor& dx) override;
+  void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                   const Tensor& db) override;
+  void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                          Activation act) override;
+  void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
+  void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override;
+  void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override;
+  void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override;
+  void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override;
+  void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                          const Tensor& dx) override;
+  void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override;
+  void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) override;
+  void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
+                                        float epsilon, const Tensor& running_mean, const Tensor& running_var,
+                                        const Tensor& saved_mean, const Tensor& saved_invstd,
+                                        const Tensor& y) override;
+  void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         const Tensor& running_mean, const Tensor& running_var, float epsilon,
+                                         const Tensor& y) override;
+  void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                                const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
+                                const Tensor& dbeta) override;
+  void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                  const Tensor& loss_sum_out, const Tensor& correct_out,
+                                  const Tensor& dlogits) override;
+  void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
+                            const Tensor& y) override;
+  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override;
+  bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override;
+  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
+                           const Tensor& state2, const Tensor& compute_copy) override;
+  TensorStats stats_impl(const Tensor& x) override;
+
+  std::unique_ptr<Context> ctx_;
+};
+
+}  // namespace mpx::cuda

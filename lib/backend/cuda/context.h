@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+// Shared state of the CUDA backend's op files (namespace mpx::cuda): the device,
+// its one compute stream, the cuDNN and cuBLASLt handles (created once), the
+// grow-once device scratch slots (padded inputs, reduction partials, the shared
+// cuDNN/cuBLASLt workspace) and the plan cache keyed by op+shape+dtype
+// (llm.c's lookup_cache_or_build_graph_fwd). The twin of cpu/context.h.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+
+#include "core/tensor.h"
+
+namespace mpx::cuda {
+
+/// Device scratch slots: one buffer each, grown to the largest request (when a plan is
+/// built, i.e. in the first step of a shape) and kept, so a steady-state step allocates nothing.
+enum Slot : int {
+  kSlotPadX,       // explicitly padded conv input (asymmetric padding)
+  kSlotPadDX,      // gradient of the padded conv input, cropped into dx
+  kSlotGrad16,     // 16-bit weight gradient before its cast to a float32 dw
+  kSlotReduce,     // per-block partial sums (double) of channel reductions
+  kSlotCoef,       // per-channel coefficients (batch norm)
+  kSlotRows,       // per-row results (loss rows, stats partials)
+  kSlotWorkspace,  // the cuDNN / cuBLASLt workspace shared by every plan (one stream)
+  kSlotCount
+};
+
+/// Key of a cached plan: op id, dtypes and every dimension that shapes it.
+struct PlanKey {
+  std::array<int64_t, 32> v{};
+  int n = 0;
+  PlanKey& operator<<(int64_t x) {
+    v[static_cast<size_t>(n++)] = x;
+    return *this;
+  }
+  bool operator==(const PlanKey& o) const { return n == o.n && v == o.v; }
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < k.n; ++i) h = (h ^ static_cast<uint64_t>(k.v[static_cast<size_t>(i)])) * 1099511628211ULL;
+    return static_cast<size_t>(h);
+  }
+};
+
+/// Base class of cached plans (descriptors, chosen algorithm, workspace size).
+struct Plan {
+  virtual ~Plan() = default;
+};
+
+class Context {
+ public:
+  /// Selects `device`, creates the stream and handles. on_alloc(+bytes) / on_free(bytes)
+  /// feed the backend's memory accounting.
+  Context(int device, std::function<void(size_t)> on_alloc, std::function<void(size_t)> on_free);
+  ~Context();  // only logs on failure
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device() const { return device_; }
+  const cudaDeviceProp& prop() const { return prop_; }
+  int compute_capability() const { return prop_.major * 10 + prop_.minor; }
+  cudaStream_t stream() const { return stream_; }
+  cudnnHandle_t cudnn() const { return cudnn_; }
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+
+  /// A device buffer of at least `bytes` for `slot` (256-byte aligned), valid until the next
+  /// larger request of the slot. Growing synchronizes the device (cudaFree).
+  void* scratch(Slot slot, size_t bytes);
+  /// Largest workspace a convolution or matmul algorithm may use (MPX_CUDA_WORKSPACE_MB, default 512).
+  size_t workspace_budget() const { return workspace_budget_; }
+
+  /// A device int and its pinned host mirror, for the one 4-byte read back of a fused check.
+  int* device_flag() const { return device_flag_; }
+  int* host_flag() const { return host_flag_; }
+
+  /// Grid size of a grid-stride loop over n elements with `threads` per block.
+  unsigned grid_for(int64_t n, int threads) const;
+
+  /// The cached plan of `key`, or a new one from make() (then cached).
+  template <typename T, typename Make>
+  T& plan(const PlanKey& key, Make&& make) {
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+    return static_cast<T&>(*it->second);
+  }
+  size_t plan_count() const { return plans_.size(); }
+
+ private:
+  struct Block {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+  int device_ = 0;
+  cudaDeviceProp prop_{};
+  cudaStream_t stream_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  int* device_flag_ = nullptr;
+  int* host_flag_ = nullptr;
+  size_t workspace_budget_ = 0;
+  std::array<Block, kSlotCount> slots_{};
+  std::function<void(size_t)> on_alloc_, on_free_;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+};
+
+/// cuDNN / cuBLASLt / CUDA data type of a float dtype.
+cudnnDataType_t cudnn_dtype(DType t);
+cudaDataType_t cuda_dtype(DType t);
+
+/// Largest power of two (<= 256) that divides the address: cuBLASLt plans depend on it.
+inline int64_t pointer_alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int64_t al = 256;
+  while (al > 1 && (a % static_cast<uintptr_t>(al)) != 0) al /= 2;
+  return al;
+}
+
+}  // namespace mpx::cuda

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+// Dense (fully connected) layer through cuBLASLt: x [N, Cin], w [Cout, Cin],
+// y [N, Cout], row-major, i.e. the column-major products below. 16-bit (or
+// float32) A/B, CUBLAS_COMPUTE_32F (never TF32), output rounded once; bias and
+// bias+relu run as cuBLASLt epilogues when the bias has the output's dtype (else
+// as one kernel after the matmul); the bias gradient is a deterministic column
+// sum (activation.cu). One plan (descriptors, layouts, heuristic algorithm) per
+// shape, dtype, epilogue and pointer alignment. Twin of cpu/dense.cpp.
+#include <cublasLt.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+
+namespace mpx::cuda {
+
+namespace {
+
+/// Workspace a matmul algorithm may use (cuBLASLt's recommendation for Hopper is 32 MiB).
+constexpr size_t kMatmulWorkspace = size_t{32} << 20;
+
+enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203 };
+
+struct MatmulPlan : Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t ws_bytes = 0;
+  bool epilogue = false;  // bias (+relu) fused
+
+  ~MatmulPlan() override {
+    auto log = [](const char* what, cublasStatus_t s) {
+      if (s != CUBLAS_STATUS_SUCCESS) spdlog::error("cuBLASLt: {} failed: {}", what, cublasGetStatusString(s));
+    };
+    if (a) log("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(a));
+    if (b) log("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(b));
+    if (d) log("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(d));
+    if (op) log("cublasLtMatmulDescDestroy", cublasLtMatmulDescDestroy(op));
+  }
+};
+
+/// One column-major product D (m x n) = op(A) (m x k) * op(B) (k x n).
+struct Gemm {
+  cublasOperation_t ta, tb;
+  int64_t m, n, k;
+  int64_t rows_a, cols_a, lda;  // A as stored (column-major)
+  int64_t rows_b, cols_b, ldb;
+  int64_t ldd;
+  DType ab, dt;                 // operand dtype, output dtype
+  cublasLtEpilogue_t epilogue;
+  const void *pa, *pb, *pbias;  // for the alignment of the plan
+  void* pd;
+};
+
+std::string gemm_what(const char* op, const Gemm& g) {
+  return std::string(op) + " (" + dtype_name(g.ab) + " -> " + dtype_name(g.dt) + ", m=" + std::to_string(g.m) +
+         ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")";
+}
+
+/// Builds descriptors and asks the heuristic for an algorithm; nullptr when it has none.
+MatmulPlan* try_build(Context& ctx, const Gemm& g) {
+  auto plan = std::make_unique<MatmulPlan>();
+  MPX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  MPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
+  MPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &g.tb, sizeof(g.tb)));
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof(g.epilogue)));
+  if (g.epilogue == CUBLASLT_EPILOGUE_BIAS || g.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) {
+    MPX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.pbias, sizeof(g.pbias)));
+    plan->epilogue = true;
+  }
+  MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_dtype(g.ab), static_cast<uint64_t>(g.rows_a),
+                                              static_cast<uint64_t>(g.cols_a), g.lda));
+  MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_dtype(g.ab), static_cast<uint64_t>(g.rows_b),
+                                              static_cast<uint64_t>(g.cols_b), g.ldb));
+  MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_dtype(g.dt), static_cast<uint64_t>(g.m),
+                                              static_cast<uint64_t>(g.n), g.ldd));
+  cublasLtMatmulPreference_t pref = nullptr;
+  MPX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  std::unique_ptr<void, void (*)(void*)> pref_guard(pref, [](void* p) {
+    const cublasStatus_t s = cublasLtMatmulPreferenceDestroy(static_cast<cublasLtMatmulPreference_t>(p));
+    if (s != CUBLAS_STATUS_SUCCESS) spdlog::error("cuBLASLt: cublasLtMatmulPreferenceDestroy failed");
+  });
+  const size_t ws = kMatmulWorkspace;
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // Arena views sit at any element offset: tell the heuristic the real alignments.
+  const uint32_t al_a = static_cast<uint32_t>(pointer_alignment(g.pa));
+  const uint32_t al_b = static_cast<uint32_t>(pointer_alignment(g.pb));
+  const uint32_t al_d = static_cast<uint32_t>(pointer_alignment(g.pd));
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+  MPX_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan->op, plan->a, plan->b, plan->d,
+                                                           plan->d, pref, 1, &result, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return nullptr;
+  MPX_CUBLAS_CHECK(st);
+  plan->algo = result.algo;
+  plan->ws_bytes = result.workspaceSize;
+  return plan.release();
+}
+
+/// D = op(A) op(B) [+ bias, relu]. The epilogue is fused when cuBLASLt has an algorithm for
+/// it; otherwise the plain product runs and bias_activation() follows.
+void run_gemm(Context& ctx, DenseOp which, Gemm g, const Tensor& y, const Tensor& bias, Activation act) {
+  const cublasLtEpilogue_t wanted = g.epilogue;
+  PlanKey key;
+  key << which << static_cast<int64_t>(g.ab) << static_cast<int64_t>(g.dt) << g.m << g.n << g.k << wanted
+      << pointer_alignment(g.pa) << pointer_alignment(g.pb) << pointer_alignment(g.pd)
+      << (g.pbias ? pointer_alignment(g.pbias) : 0);
+  MatmulPlan& plan = ctx.plan<MatmulPlan>(key, [&] {
+    MatmulPlan* p = try_build(ctx, g);
+    if (!p && wanted != CUBLASLT_EPILOGUE_DEFAULT) {
+      g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      p = try_build(ctx, g);
+    }
+    if (!p) throw Error("cuBLASLt: unsupported configuration, no algorithm for " + gemm_what("matmul", g));
+    return p;
+  });
+  if (plan.epilogue)
+    MPX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.pbias, sizeof(g.pbias)));
+  void* ws = plan.ws_bytes ? ctx.scratch(kSlotWorkspace, plan.ws_bytes) : nullptr;
+  const float alpha = 1.0f, beta = 0.0f;
+  MPX_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.op, &alpha, g.pa, plan.a, g.pb, plan.b, &beta, g.pd, plan.d,
+                                  g.pd, plan.d, &plan.algo, ws, plan.ws_bytes, ctx.stream()));
+  if (!plan.epilogue && wanted != CUBLASLT_EPILOGUE_DEFAULT) bias_activation(ctx, y, bias, act);
+}
+
+}  // namespace
+
+// ---- ops ---------------------------------------------------------------------------
+
+// y^T (Co x N) = w^T (w stored Ci x Co, transposed) * x^T (Ci x N).
+void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                   Activation act) {
+  const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  if (N == 0 || Co == 0) return;
+  if (Ci == 0) {  // empty sum: y = act(bias)
+    fill(ctx, y, 0.0f);
+    bias_activation(ctx, y, bias, act);
+    return;
+  }
+  const bool relu = act == Activation::Relu;
+  const bool fuse_bias = !bias.empty() && bias.dtype == y.dtype;
+  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+  if (fuse_bias)
+    ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else if (relu && bias.empty())
+    ep = CUBLASLT_EPILOGUE_RELU;
+  Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, Co, N, Ci, Ci, Co, Ci, Ci, N, Ci, Co, x.dtype, y.dtype, ep,
+         w.data, x.data, fuse_bias ? bias.data : nullptr, y.data};
+  // A relu epilogue that falls back is handled by bias_activation too.
+  const bool need_kernel_after = !bias.empty() && !fuse_bias;
+  if (need_kernel_after) {
+    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    run_gemm(ctx, kDenseFwd, g, y, bias, act);
+    bias_activation(ctx, y, bias, act);
+    return;
+  }
+  run_gemm(ctx, kDenseFwd, g, y, bias, act);
+}
+
+// dx^T (Ci x N) = w (stored Ci x Co) * dy^T (Co x N).
+void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  if (N == 0 || Ci == 0) return;
+  if (Co == 0) {
+    fill(ctx, dx, 0.0f);
+    return;
+  }
+  const Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, Ci, N, Co, Ci, Co, Ci, Co, N, Co, Ci, dy.dtype, dx.dtype,
+               CUBLASLT_EPILOGUE_DEFAULT, w.data, dy.data, nullptr, dx.data};
+  run_gemm(ctx, kDenseBwdData, g, dx, Tensor(), Activation::None);
+}
+
+// dw^T (Ci x Co) = x^T (Ci x N) * dy (dy stored Co x N, transposed). dw may be float32
+// with 16-bit operands (cuBLASLt's 16F/16BF x 16F/16BF -> 32F).
+void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
+  const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+  if (N == 0) {
+    fill(ctx, dw, 0.0f);
+    if (!db.empty()) fill(ctx, db, 0.0f);
+    return;
+  }
+  if (Co > 0 && Ci > 0) {
+    const Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, Ci, Co, N, Ci, N, Ci, Co, N, Co, Ci, x.dtype, dw.dtype,
+                 CUBLASLT_EPILOGUE_DEFAULT, x.data, dy.data, nullptr, dw.data};
+    run_gemm(ctx, kDenseBwdWeights, g, dw, Tensor(), Activation::None);
+  }
+  if (!db.empty() && Co > 0) bias_backward(ctx, dy, db);
+}
+
+}  // namespace mpx::cuda

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: MIT
+// The fused passes over the flat float32 arenas: unscale-and-check (one kernel,
+// one device flag, one 4-byte read back), the optimizer update (SGD/momentum/
+// Nesterov, Adam, AdamW; Keras formulas) that also writes the rounded 16-bit
+// compute copy, and tensor statistics. The twin of cpu/optimizer.cpp: every
+// float32 operation is an explicit _rn intrinsic in the CPU's order, so that nvcc
+// contracts nothing into an FMA and the results are bit for bit the CPU's.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/ops.h"
+
+namespace mpx::cuda {
+
+// ---- kernels -----------------------------------------------------------------------
+
+__global__ void unscale_and_check_kernel(float* __restrict__ g, float inv_scale, int64_t n, int* __restrict__ bad) {
+  int local = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = __fmul_rn(g[i], inv_scale);
+    g[i] = v;
+    local |= isfinite(v) ? 0 : 1;
+  }
+  if (__syncthreads_or(local) && threadIdx.x == 0) *bad = 1;  // benign race: every writer writes 1
+}
+
+// The 16-bit compute copy (copy_kind 0: none, 1: float16, 2: bfloat16).
+__device__ __forceinline__ void store_copy(void* copy, int copy_kind, int64_t i, float w) {
+  if (copy_kind == 1)
+    static_cast<__half*>(copy)[i] = __float2half_rn(w);
+  else if (copy_kind == 2)
+    static_cast<__nv_bfloat16*>(copy)[i] = __float2bfloat16_rn(w);
+}
+
+__global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m, float lr,
+                           float wd, float mom, bool use_m, bool nesterov, void* copy, int copy_kind, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float wi = w[i];
+    float gi = g[i];
+    if (wd != 0.0f) gi = __fadd_rn(gi, __fmul_rn(wd, wi));
+    if (use_m) {
+      const float vi = __fsub_rn(__fmul_rn(mom, m[i]), __fmul_rn(lr, gi));
+      m[i] = vi;
+      wi = __fadd_rn(wi, nesterov ? __fsub_rn(__fmul_rn(mom, vi), __fmul_rn(lr, gi)) : vi);
+    } else {
+      wi = __fsub_rn(wi, __fmul_rn(lr, gi));
+    }
+    w[i] = wi;
+    store_copy(copy, copy_kind, i, wi);
+  }
+}
+
+// Keras Adam/AdamW: w -= lr_t * m / (sqrt(v) + eps), lr_t from the host (double, as the CPU).
+__global__ void adam_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
+                            float* __restrict__ v, float lr, float lr_t, float wd, float b1, float b2, float eps,
+                            bool adamw, void* copy, int copy_kind, int64_t n) {
+  const float ob1 = __fsub_rn(1.0f, b1), ob2 = __fsub_rn(1.0f, b2);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float wi = w[i];
+    float gi = g[i];
+    if (wd != 0.0f) {
+      if (adamw)
+        wi = __fsub_rn(wi, __fmul_rn(__fmul_rn(lr, wd), wi));
+      else
+        gi = __fadd_rn(gi, __fmul_rn(wd, wi));
+    }
+    const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(ob1, gi));
+    const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    wi = __fsub_rn(wi, __fdiv_rn(__fmul_rn(lr_t, mi), __fadd_rn(__fsqrt_rn(vi), eps)));
+    w[i] = wi;
+    store_copy(copy, copy_kind, i, wi);
+  }
+}
+
+struct StatsPartial {
+  float mn, mx;
+  double sum_abs;
+  unsigned long long n_inf, n_nan, n_zero;
+};
+
+template <typename T>
+__global__ void stats_kernel(const T* __restrict__ x, int64_t n, StatsPartial* __restrict__ out) {
+  __shared__ StatsPartial sh[kThreads];
+  StatsPartial p{INFINITY, -INFINITY, 0.0, 0, 0, 0};
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = to_float(x[i]);
+    if (isnan(v)) {
+      ++p.n_nan;
+    } else if (isinf(v)) {
+      ++p.n_inf;
+    } else {
+      if (v == 0.0f) ++p.n_zero;
+      p.mn = fminf(p.mn, v);
+      p.mx = fmaxf(p.mx, v);
+      p.sum_abs += fabsf(v);
+    }
+  }
+  sh[threadIdx.x] = p;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) {
+      StatsPartial& a = sh[threadIdx.x];
+      const StatsPartial& b = sh[threadIdx.x + s];
+      a.mn = fminf(a.mn, b.mn);
+      a.mx = fmaxf(a.mx, b.mx);
+      a.sum_abs += b.sum_abs;
+      a.n_inf += b.n_inf;
+      a.n_nan += b.n_nan;
+      a.n_zero += b.n_zero;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+// ---- launchers ---------------------------------------------------------------------
+
+bool unscale_and_check(Context& ctx, const Tensor& grads, float inv_scale) {
+  const int64_t n = grads.numel();
+  cudaStream_t st = ctx.stream();
+  MPX_CUDA_CHECK(cudaMemsetAsync(ctx.device_flag(), 0, sizeof(int), st));
+  if (n > 0) {
+    unscale_and_check_kernel<<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(grads.as<float>(), inv_scale, n,
+                                                                              ctx.device_flag());
+    MPX_CUDA_LAUNCH_CHECK(st);
+  }
+  MPX_CUDA_CHECK(cudaMemcpyAsync(ctx.host_flag(), ctx.device_flag(), sizeof(int), cudaMemcpyDeviceToHost, st));
+  MPX_CUDA_CHECK(cudaStreamSynchronize(st));
+  return *ctx.host_flag() == 0;
+}
+
+void optimizer_step(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                    const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
+  const int64_t n = master.numel();
+  if (n == 0) return;
+  float* m = state1.empty() ? nullptr : state1.as<float>();
+  float* v = state2.empty() ? nullptr : state2.as<float>();
+  void* copy = compute_copy.empty() ? nullptr : compute_copy.data;
+  const int copy_kind = compute_copy.empty() ? 0 : compute_copy.dtype == DType::F16 ? 1 : 2;
+  MPX_CHECK_MSG(compute_copy.empty() || is_16bit(compute_copy.dtype), "optimizer_step: compute copy must be 16-bit");
+  cudaStream_t st = ctx.stream();
+  const unsigned grid = ctx.grid_for(n, kThreads);
+
+  if (s.kind == OptimizerStep::Kind::Sgd) {
+    const bool use_m = s.momentum != 0.0f && m;
+    sgd_kernel<<<grid, kThreads, 0, st>>>(master.as<float>(), grads.as<const float>(), m, s.lr, s.weight_decay,
+                                          s.momentum, use_m, s.nesterov, copy, copy_kind, n);
+    MPX_CUDA_LAUNCH_CHECK(st);
+    return;
+  }
+  // lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t), in double on the host exactly as cpu/optimizer.cpp.
+  const double t = static_cast<double>(s.t);
+  const double b1t = std::pow(static_cast<double>(s.beta1), t), b2t = std::pow(static_cast<double>(s.beta2), t);
+  const float lr_t = static_cast<float>(static_cast<double>(s.lr) * std::sqrt(1.0 - b2t) / (1.0 - b1t));
+  MPX_CHECK_MSG(m && v, "optimizer_step: Adam needs both state arenas");
+  adam_kernel<<<grid, kThreads, 0, st>>>(master.as<float>(), grads.as<const float>(), m, v, s.lr, lr_t,
+                                         s.weight_decay, s.beta1, s.beta2, s.epsilon,
+                                         s.kind == OptimizerStep::Kind::AdamW, copy, copy_kind, n);
+  MPX_CUDA_LAUNCH_CHECK(st);
+}
+
+TensorStats stats(Context& ctx, const Tensor& x) {
+  const int64_t total = x.numel();
+  TensorStats r;
+  r.count = total;
+  if (total == 0) return r;
+  const unsigned grid = std::min<unsigned>(ctx.grid_for(total, kThreads), 1024u);
+  auto* parts = static_cast<StatsPartial*>(ctx.scratch(kSlotRows, sizeof(StatsPartial) * grid));
+  cudaStream_t st = ctx.stream();
+  MPX_CUDA_DISPATCH_FLOAT(x.dtype, T, {
+    stats_kernel<T><<<grid, kThreads, 0, st>>>(x.as<const T>(), total, parts);
+    MPX_CUDA_LAUNCH_CHECK(st);
+  });
+  std::vector<StatsPartial> host(grid);
+  MPX_CUDA_CHECK(cudaMemcpyAsync(host.data(), parts, sizeof(StatsPartial) * grid, cudaMemcpyDeviceToHost, st));
+  MPX_CUDA_CHECK(cudaStreamSynchronize(st));
+  double mn = std::numeric_limits<double>::infinity(), mx = -std::numeric_limits<double>::infinity(), sum_abs = 0;
+  for (const StatsPartial& p : host) {
+    mn = std::min<double>(mn, p.mn);
+    mx = std::max<double>(mx, p.mx);
+    sum_abs += p.sum_abs;
+    r.n_inf += static_cast<int64_t>(p.n_inf);
+    r.n_nan += static_cast<int64_t>(p.n_nan);
+    r.n_zero += static_cast<int64_t>(p.n_zero);
+  }
+  const int64_t finite = total - r.n_inf - r.n_nan;
+  if (finite > 0) {
+    r.min = mn;
+    r.max = mx;
+    r.mean_abs = sum_abs / static_cast<double>(finite);
+  }
+  return r;
+}
+
+}  // namespace mpx::cuda
