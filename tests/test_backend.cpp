@@ -224,7 +224,7 @@ std::vector<ConvCase> conv_cases() {
   Conv2dParams even;
   even.R = even.S = 2;
   even.pad_bottom = even.pad_right = 1;  // Keras "same" with an even kernel
-  cs.push_back({"2x2 same (pad bottom/right) + bias", 2, 5, 5, 8, 16, even, true, Activation::None});
+  cs.push_back({"2x2 same (pad bottom/right) + bias, blocked layout", 2, 5, 5, 16, 16, even, true, Activation::None});
   Conv2dParams one;
   cs.push_back({"1x1", 1, 4, 3, 16, 8, one, true, Activation::Relu});
   return cs;

@@ -17,6 +17,7 @@ void dense_forward_loops(int64_t N, int64_t Ci, int64_t Co, const float* x, cons
       const float* xi = x + n * Ci;
       const float* wo = w + o * Ci;
       float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
       for (int64_t i = 0; i < Ci; ++i) acc += xi[i] * wo[i];
       acc += b ? b[o] : 0.0f;
       y[n * Co + o] = (act == Activation::Relu && acc < 0.0f) ? 0.0f : acc;

@@ -34,6 +34,8 @@ PGeo geometry(const PoolParams& p, const Shape& x) {
   return g;
 }
 
+constexpr int64_t kChan = 256;  // channels per max-pool backward chunk (stack arrays)
+
 // "First maximum": strict >, scanning rows then columns; NaN wins and stays.
 inline bool takes(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
 
@@ -86,19 +88,26 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
         g.window(p, q, h0, h1, w0, w1);
         const float* dyo = dyf + ((n * g.P + p) * g.Q + q) * g.C;
         if (is_max) {
-          // The maximum is recomputed from x with the forward rule (first maximum wins).
-          for (int64_t c = 0; c < g.C; ++c) {
-            float m = -std::numeric_limits<float>::infinity();
-            int64_t at = ((n * g.H + h0) * g.W + w0) * g.C + c;
+          // The maximum is recomputed from x with the forward rule (first maximum wins),
+          // channels innermost so that the scan is contiguous.
+          for (int64_t c0 = 0; c0 < g.C; c0 += kChan) {
+            const int64_t nc = std::min<int64_t>(kChan, g.C - c0);
+            float best[kChan];
+            int64_t at[kChan];
+            for (int64_t c = 0; c < nc; ++c) {
+              best[c] = -std::numeric_limits<float>::infinity();
+              at[c] = ((n * g.H + h0) * g.W + w0) * g.C + c0 + c;
+            }
             for (int64_t h = h0; h < h1; ++h)
               for (int64_t w = w0; w < w1; ++w) {
-                const int64_t i = ((n * g.H + h) * g.W + w) * g.C + c;
-                if (takes(xf[i], m)) {
-                  m = xf[i];
-                  at = i;
-                }
+                const int64_t base = ((n * g.H + h) * g.W + w) * g.C + c0;
+                for (int64_t c = 0; c < nc; ++c)
+                  if (takes(xf[base + c], best[c])) {
+                    best[c] = xf[base + c];
+                    at[c] = base + c;
+                  }
               }
-            dxf[at] += dyo[c];
+            for (int64_t c = 0; c < nc; ++c) dxf[at[c]] += dyo[c0 + c];
           }
         } else {
           const float inv = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));
