@@ -63,9 +63,21 @@ struct TrainResult {
 std::atomic<bool>& stop_requested();
 
 /**
- * @brief Runs `mpx train`. Never throws for training failures: they are
- * recorded in the result (and summary.json) with their exit code; ConfigError
- * for bad config/resume arguments found before the run directory exists is thrown.
+ * @brief Runs `mpx train`.
+ *
+ * Run directory: opts.run_dir, else (when resuming from <run>/checkpoints/*.ckpt)
+ * that run's directory, whose train.log and metrics.jsonl are appended to and
+ * whose config.yaml and summary.json are replaced; else runs/<name>-<timestamp>.
+ * config.yaml holds the resolved policy and loss-scale mode (device as given).
+ * Loss scaling `none`: S = 1; a step with non-finite gradients is still skipped
+ * and counted (never applied) under every policy; a non-finite loss is a
+ * DivergedError under float32 and a skipped step under the mixed policies.
+ *
+ * Never throws for training failures: they are
+ * recorded in the result (and summary.json) with their exit code. Errors found
+ * before the run directory exists are thrown: ConfigError (bad device, --resume
+ * path), DataError (exit 3: the checkpoint to resume is corrupt or truncated).
+ * A checkpoint that does not fit the model (exit 2) is recorded in the result.
  */
 TrainResult train(const Config& cfg, const TrainOptions& opts);
 
