@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <sstream>
 
@@ -848,12 +849,23 @@ TEST_CASE("backend supports() answers for every op and dtype") {
 // ---- timing (hidden: run with `test_backend [.bench]`) ------------------------------------------
 
 namespace {
+// Milliseconds per call. MPX_BENCH_CPU_TIME=1 reports process CPU time instead of wall time
+// (on a shared, loaded machine: run with OMP_NUM_THREADS=1 to get the compute cost).
 template <typename F>
 double time_ms(F&& f, int reps) {
   f();  // plan creation and scratch growth happen here, not in the timed loop
-  const auto t0 = std::chrono::steady_clock::now();
+  static const bool cpu = std::getenv("MPX_BENCH_CPU_TIME") != nullptr;
+  auto now = [] {
+    if (cpu) {
+      timespec ts;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const double t0 = now();
   for (int i = 0; i < reps; ++i) f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  return (now() - t0) / reps;
 }
 
 void bench_conv(Dev& d, const char* name, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
