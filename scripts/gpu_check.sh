@@ -15,7 +15,7 @@
 # Exit 0 when every step passed, 1 when one failed, 77 when there is no GPU
 # (after the build/bundle checks).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 BUILD_DIR=${1:-build-gpu}
 OUT_DIR=${OUT:-gpu-check-out}

@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: MIT
+// Every Backend op on the CUDA backend against the CPU backend, for float32,
+// float16 and bfloat16, on fresh random inputs (never zeros), outputs poisoned
+// with NaN. Tolerances (whole-tensor relative error): float32 1e-5 (convolutions
+// 1e-4; TF32 is off), float16 1e-3, bfloat16 8e-3. The fused passes, casts,
+// dropout and the elementwise ops must agree bit for bit.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "cuda/cuda_compare.h"
+
+using namespace cudatest;
+
+namespace {
+
+std::string dt_name(DType t) { return dtype_name(t); }
+
+// Keras 'same' padding of one dimension.
+void same_pad(int in, int k, int stride, int& lo, int& hi) {
+  const int out = (in + stride - 1) / stride;
+  const int total = std::max((out - 1) * stride + k - in, 0);
+  lo = total / 2;
+  hi = total - lo;
+}
+
+struct ConvCase {
+  const char* name;
+  int N, H, W, C, K, R, S, stride;
+  bool same;
+};
+
+}  // namespace
+
+TEST_CASE("cuda: device info, supports, memory statistics", "[cuda]") {
+  Backend& g = *be().gpu;
+  const DeviceInfo d = g.info();
+  CHECK(d.name.rfind("cuda:", 0) == 0);
+  CHECK(d.compute_capability >= 50);
+  CHECK(g.supports(Op::Conv2d, DType::F16));
+  CHECK(g.supports(Op::OptimizerStep, DType::F32));
+  CHECK_FALSE(g.supports(Op::SoftmaxCrossEntropy, DType::F16));
+  CHECK(g.supports(Op::Dense, DType::BF16) == (d.compute_capability >= 80));
+  Buffer b = g.alloc(1 << 20, "test buffer");
+  const MemoryStats m = g.memory_stats();
+  CHECK(m.current_bytes >= (1u << 20));
+  CHECK(m.device_total_bytes > 0);
+  CHECK(m.device_free_bytes > 0);
+  CHECK_THROWS_AS(g.alloc(size_t{1} << 52, "an impossible buffer"), OutOfMemoryError);
+}
+
+TEST_CASE("cuda: fill and copy", "[cuda]") {
+  Rng rng(1);
+  for (DType t : float_dtypes()) {
+    Dual a = poisoned(t, Shape{3, 5, 7});
+    be().cpu->fill(a.c, 0.3f);
+    be().gpu->fill(a.g, 0.3f);
+    expect_bits(a, "fill");
+    Dual src = random_dual(rng, t, Shape{3, 5, 7});
+    Dual dst = poisoned(t, Shape{3, 5, 7});
+    be().cpu->copy(dst.c, src.c);
+    be().gpu->copy(dst.g, src.g);
+    expect_bits(dst, "copy");
+  }
+}
+
+TEST_CASE("cuda: casts between every pair of float dtypes, bit for bit", "[cuda][cast]") {
+  Rng rng(2);
+  // Values across the float16 range, including ones that round, overflow and go subnormal.
+  std::vector<float> v = random_floats(rng, 4099, -4.0f, 4.0f);
+  v[0] = 70000.0f;
+  v[1] = -1e-6f;
+  v[2] = 3e-8f;
+  v[3] = 1.0009765625f + 1e-7f;
+  v[4] = std::numeric_limits<float>::infinity();
+  for (DType from : float_dtypes())
+    for (DType to : float_dtypes()) {
+      Dual src = from_floats(from, Shape{4099}, v);
+      Dual dst = poisoned(to, Shape{4099});
+      be().cpu->cast(src.c, dst.c);
+      be().gpu->cast(src.g, dst.g);
+      expect_bits(dst, std::string("cast from ") + dt_name(from));
+    }
+}
+
+TEST_CASE("cuda: normalize_input, bit for bit", "[cuda][cast]") {
+  Rng rng(3);
+  std::vector<uint8_t> px(4 * 9 * 7 * 3);
+  for (auto& p : px) p = static_cast<uint8_t>(rng.uniform_int(256));
+  Dual x = from_bytes(DType::U8, Shape{4, 9, 7, 3}, px.data());
+  Dual mean = from_floats(DType::F32, Shape{3}, {0.4914f, 0.4822f, 0.4465f});
+  Dual stdv = from_floats(DType::F32, Shape{3}, {0.2470f, 0.2435f, 0.2616f});
+  for (DType t : float_dtypes()) {
+    Dual y = poisoned(t, Shape{4, 9, 7, 3});
+    be().cpu->normalize_input(x.c, mean.c, stdv.c, y.c);
+    be().gpu->normalize_input(x.g, mean.g, stdv.g, y.g);
+    expect_bits(y, "normalize_input");
+  }
+}
+
+TEST_CASE("cuda: conv2d forward, backward data, backward filter", "[cuda][conv]") {
+  const std::vector<ConvCase> cases = {
+      {"3x3 same stride 1 (symmetric)", 4, 10, 9, 8, 16, 3, 3, 1, true},
+      {"2x2 same stride 1 (asymmetric)", 3, 8, 8, 8, 8, 2, 2, 1, true},
+      {"3x3 same stride 2 (asymmetric)", 4, 8, 10, 16, 8, 3, 3, 2, true},
+      {"5x5 valid stride 2", 2, 13, 11, 3, 8, 5, 5, 2, false},
+      {"1x1 valid", 5, 6, 6, 16, 24, 1, 1, 1, false},
+      {"3x3 valid C=1 (first layer)", 8, 12, 12, 1, 8, 3, 3, 1, false},
+  };
+  Rng rng(4);
+  for (const ConvCase& cc : cases)
+    for (DType t : float_dtypes()) {
+      if (!be().gpu->supports(Op::Conv2d, t)) continue;
+      Conv2dParams p;
+      p.R = cc.R, p.S = cc.S, p.stride_h = p.stride_w = cc.stride;
+      if (cc.same) {
+        same_pad(cc.H, cc.R, cc.stride, p.pad_top, p.pad_bottom);
+        same_pad(cc.W, cc.S, cc.stride, p.pad_left, p.pad_right);
+      }
+      const int P = p.out_h(cc.H), Q = p.out_w(cc.W);
+      const std::string what = std::string(cc.name) + " " + dt_name(t);
+      INFO(what);
+      const double tol = tolerance(t, true);
+      Dual x = random_dual(rng, t, Shape{cc.N, cc.H, cc.W, cc.C});
+      Dual w = random_dual(rng, t, Shape{cc.K, cc.R, cc.S, cc.C}, -0.5f, 0.5f);
+      Dual b = random_dual(rng, t, Shape{cc.K});
+      for (Activation act : {Activation::None, Activation::Relu}) {
+        Dual y = poisoned(t, Shape{cc.N, P, Q, cc.K});
+        be().cpu->conv2d_forward(p, x.c, w.c, b.c, y.c, act);
+        be().gpu->conv2d_forward(p, x.g, w.g, b.g, y.g, act);
+        expect_close(y, tol, what + (act == Activation::Relu ? " forward bias+relu" : " forward bias"));
+      }
+      {
+        Dual y = poisoned(t, Shape{cc.N, P, Q, cc.K});
+        be().cpu->conv2d_forward(p, x.c, w.c, Tensor(), y.c, Activation::None);
+        be().gpu->conv2d_forward(p, x.g, w.g, Tensor(), y.g, Activation::None);
+        expect_close(y, tol, what + " forward, no bias");
+      }
+      Dual dy = random_dual(rng, t, Shape{cc.N, P, Q, cc.K});
+      {
+        Dual dx = poisoned(t, Shape{cc.N, cc.H, cc.W, cc.C});
+        be().cpu->conv2d_backward_data(p, dy.c, w.c, dx.c);
+        be().gpu->conv2d_backward_data(p, dy.g, w.g, dx.g);
+        expect_close(dx, tol, what + " backward data");
+      }
+      for (DType gt : {t, DType::F32}) {
+        Dual dw = poisoned(gt, Shape{cc.K, cc.R, cc.S, cc.C});
+        Dual db = poisoned(gt, Shape{cc.K});
+        be().cpu->conv2d_backward_filter(p, x.c, dy.c, dw.c, db.c);
+        be().gpu->conv2d_backward_filter(p, x.g, dy.g, dw.g, db.g);
+        // A float32 dw of 16-bit operands is rounded to 16 bits on the GPU first (cuDNN).
+        expect_close(dw, tolerance(t, true), what + " backward filter dw as " + dt_name(gt));
+        expect_close(db, tolerance(t), what + " backward filter db as " + dt_name(gt));
+      }
+    }
+}
+
+TEST_CASE("cuda: dense forward (bias, relu epilogues), backward data, backward weights", "[cuda][dense]") {
+  Rng rng(5);
+  struct D {
+    int N, Ci, Co;
+  };
+  for (const D& dd : {D{32, 64, 10}, D{7, 33, 17}, D{128, 256, 128}})
+    for (DType t : float_dtypes()) {
+      if (!be().gpu->supports(Op::Dense, t)) continue;
+      const std::string what = "dense " + std::to_string(dd.N) + "x" + std::to_string(dd.Ci) + "->" +
+                               std::to_string(dd.Co) + " " + dt_name(t);
+      INFO(what);
+      const double tol = tolerance(t);
+      Dual x = random_dual(rng, t, Shape{dd.N, dd.Ci});
+      Dual w = random_dual(rng, t, Shape{dd.Co, dd.Ci}, -0.3f, 0.3f);
+      Dual b16 = random_dual(rng, t, Shape{dd.Co});
+      Dual b32 = random_dual(rng, DType::F32, Shape{dd.Co});
+      for (Activation act : {Activation::None, Activation::Relu})
+        for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {
+          const Tensor bc = bias_kind == 0 ? Tensor() : bias_kind == 1 ? b16.c : b32.c;
+          const Tensor bg = bias_kind == 0 ? Tensor() : bias_kind == 1 ? b16.g : b32.g;
+          Dual y = poisoned(t, Shape{dd.N, dd.Co});
+          be().cpu->dense_forward(x.c, w.c, bc, y.c, act);
+          be().gpu->dense_forward(x.g, w.g, bg, y.g, act);
+          expect_close(y, tol,
+                       what + " forward bias " + std::to_string(bias_kind) + (act == Activation::Relu ? " relu" : ""));
+        }
+      Dual dy = random_dual(rng, t, Shape{dd.N, dd.Co});
+      Dual dx = poisoned(t, Shape{dd.N, dd.Ci});
+      be().cpu->dense_backward_data(dy.c, w.c, dx.c);
+      be().gpu->dense_backward_data(dy.g, w.g, dx.g);
+      expect_close(dx, tol, what + " backward data");
+      for (DType gt : {t, DType::F32}) {
+        Dual dw = poisoned(gt, Shape{dd.Co, dd.Ci});
+        Dual db = poisoned(gt, Shape{dd.Co});
+        be().cpu->dense_backward_weights(x.c, dy.c, dw.c, db.c);
+        be().gpu->dense_backward_weights(x.g, dy.g, dw.g, db.g);
+        expect_close(dw, tol, what + " backward weights dw as " + dt_name(gt));
+        expect_close(db, tol, what + " backward weights db as " + dt_name(gt));
+      }
+    }
+}
+
+TEST_CASE("cuda: relu forward/backward and add, bit for bit", "[cuda][elementwise]") {
+  Rng rng(6);
+  for (DType t : float_dtypes()) {
+    const Shape s{4, 5, 6, 7};
+    Dual x = random_dual(rng, t, s);
+    Dual y = poisoned(t, s);
+    be().cpu->activation_forward(Activation::Relu, x.c, y.c);
+    be().gpu->activation_forward(Activation::Relu, x.g, y.g);
+    expect_bits(y, "relu forward");
+    Dual dy = random_dual(rng, t, s);
+    Dual dx = poisoned(t, s);
+    be().cpu->activation_backward(Activation::Relu, y.c, dy.c, dx.c);
+    be().gpu->activation_backward(Activation::Relu, y.g, dy.g, dx.g);
+    expect_bits(dx, "relu backward");
+    Dual a = random_dual(rng, t, s), b = random_dual(rng, t, s);
+    Dual sum = poisoned(t, s);
+    be().cpu->add(a.c, b.c, sum.c);
+    be().gpu->add(a.g, b.g, sum.g);
+    expect_bits(sum, "add");
+    // In place (y aliases a).
+    be().cpu->add(a.c, b.c, a.c);
+    be().gpu->add(a.g, b.g, a.g);
+    expect_bits(a, "add in place");
+  }
+}
+
+TEST_CASE("cuda: max/avg pooling with padding, global average pooling", "[cuda][pool]") {
+  Rng rng(7);
+  struct PC {
+    PoolKind kind;
+    int R, stride, pt, pl, pb, pr;
+  };
+  const std::vector<PC> cases = {{PoolKind::Max, 2, 2, 0, 0, 0, 0}, {PoolKind::Max, 3, 2, 1, 1, 1, 1},
+                                 {PoolKind::Max, 3, 1, 0, 0, 1, 1}, {PoolKind::Avg, 2, 2, 0, 0, 0, 0},
+                                 {PoolKind::Avg, 3, 2, 1, 1, 1, 1}, {PoolKind::Avg, 2, 1, 0, 0, 1, 1}};
+  for (const PC& pc : cases)
+    for (DType t : float_dtypes()) {
+      PoolParams p;
+      p.kind = pc.kind;
+      p.R = p.S = pc.R;
+      p.stride_h = p.stride_w = pc.stride;
+      p.pad_top = pc.pt, p.pad_left = pc.pl, p.pad_bottom = pc.pb, p.pad_right = pc.pr;
+      const Shape xs{3, 9, 8, 5};
+      const int P = p.out_h(9), Q = p.out_w(8);
+      const std::string what = std::string(pc.kind == PoolKind::Max ? "max" : "avg") + " pool " +
+                               std::to_string(pc.R) + "/" + std::to_string(pc.stride) + " pad " +
+                               std::to_string(pc.pt) + std::to_string(pc.pb);
+      // Few distinct values so that max pooling has ties (first maximum wins).
+      std::vector<float> v = random_floats(rng, xs.numel());
+      for (auto& e : v) e = std::round(e * 4.0f) / 4.0f + 0.125f;
+      Dual x = from_floats(t, xs, v);
+      Dual y = poisoned(t, Shape{3, P, Q, 5});
+      be().cpu->pool_forward(p, x.c, y.c);
+      be().gpu->pool_forward(p, x.g, y.g);
+      expect_bits(y, what + " forward");
+      Dual dy = random_dual(rng, t, Shape{3, P, Q, 5});
+      Dual dx = poisoned(t, xs);
+      be().cpu->pool_backward(p, x.c, y.c, dy.c, dx.c);
+      be().gpu->pool_backward(p, x.g, y.g, dy.g, dx.g);
+      expect_bits(dx, what + " backward");
+    }
+  for (DType t : float_dtypes()) {
+    Dual x = random_dual(rng, t, Shape{4, 7, 6, 33});
+    Dual y = poisoned(t, Shape{4, 33});
+    be().cpu->global_avg_pool_forward(x.c, y.c);
+    be().gpu->global_avg_pool_forward(x.g, y.g);
+    expect_bits(y, "global_avg_pool forward");
+    Dual dy = random_dual(rng, t, Shape{4, 33});
+    Dual dx = poisoned(t, Shape{4, 7, 6, 33});
+    be().cpu->global_avg_pool_backward(dy.c, dx.c);
+    be().gpu->global_avg_pool_backward(dy.g, dx.g);
+    expect_bits(dx, "global_avg_pool backward");
+  }
+}
+
+TEST_CASE("cuda: batch norm training/inference forward and backward (Keras moving statistics)", "[cuda][bn]") {
+  Rng rng(8);
+  for (const Shape& xs : {Shape{8, 6, 5, 40}, Shape{64, 20}, Shape{32, 16, 16, 64}})
+    for (DType t : float_dtypes()) {
+      const int64_t C = xs[xs.rank - 1];
+      const std::string what = "batch_norm " + xs.str() + " " + dt_name(t);
+      INFO(what);
+      const double tol = tolerance(t);
+      Dual x = random_dual(rng, t, xs, 0.5f, 3.0f);  // mean far from 0
+      Dual gamma = random_dual(rng, DType::F32, Shape{C}, 0.5f, 1.5f);
+      Dual beta = random_dual(rng, DType::F32, Shape{C});
+      Dual rm = random_dual(rng, DType::F32, Shape{C});
+      Dual rv = random_dual(rng, DType::F32, Shape{C}, 0.5f, 2.0f);
+      Dual sm = poisoned(DType::F32, Shape{C}), si = poisoned(DType::F32, Shape{C});
+      Dual y = poisoned(t, xs);
+      be().cpu->batch_norm_forward_training(x.c, gamma.c, beta.c, 0.99f, 1e-3f, rm.c, rv.c, sm.c, si.c, y.c);
+      be().gpu->batch_norm_forward_training(x.g, gamma.g, beta.g, 0.99f, 1e-3f, rm.g, rv.g, sm.g, si.g, y.g);
+      expect_close(y, tol, what + " y");
+      expect_close(sm, 1e-5, what + " saved mean");
+      expect_close(si, 1e-5, what + " saved invstd");
+      expect_close(rm, 1e-5, what + " running mean");
+      expect_close(rv, 1e-5, what + " running variance (biased)");
+      Dual yi = poisoned(t, xs);
+      be().cpu->batch_norm_forward_inference(x.c, gamma.c, beta.c, rm.c, rv.c, 1e-3f, yi.c);
+      be().gpu->batch_norm_forward_inference(x.g, gamma.g, beta.g, rm.g, rv.g, 1e-3f, yi.g);
+      expect_close(yi, tol, what + " inference y");
+      Dual dy = random_dual(rng, t, xs);
+      Dual dx = poisoned(t, xs);
+      Dual dgamma = poisoned(DType::F32, Shape{C}), dbeta = poisoned(DType::F32, Shape{C});
+      be().cpu->batch_norm_backward(x.c, dy.c, gamma.c, sm.c, si.c, dx.c, dgamma.c, dbeta.c);
+      be().gpu->batch_norm_backward(x.g, dy.g, gamma.g, sm.g, si.g, dx.g, dgamma.g, dbeta.g);
+      // dx is a difference of nearly equal terms: relative error a few times the dtype's.
+      expect_close(dx, t == DType::F32 ? 1e-4 : tol * 2, what + " dx");
+      expect_close(dgamma, t == DType::F32 ? 1e-5 : 1e-4, what + " dgamma");
+      expect_close(dbeta, t == DType::F32 ? 1e-5 : 1e-4, what + " dbeta");
+    }
+}
+
+TEST_CASE("cuda: softmax cross-entropy (float32 loss sum, correct count, dlogits)", "[cuda][loss]") {
+  Rng rng(9);
+  for (int K : {10, 100}) {
+    const int N = 77;
+    Dual z = random_dual(rng, DType::F32, Shape{N, K}, -8.0f, 8.0f);
+    std::vector<int32_t> lab(N);
+    for (auto& l : lab) l = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(K)));
+    Dual labels = from_bytes(DType::I32, Shape{N}, lab.data());
+    Dual loss = poisoned(DType::F32, Shape{1}), correct = poisoned(DType::F32, Shape{1});
+    Dual dz = poisoned(DType::F32, Shape{N, K});
+    be().cpu->softmax_cross_entropy(z.c, labels.c, 1024.0f, loss.c, correct.c, dz.c);
+    be().gpu->softmax_cross_entropy(z.g, labels.g, 1024.0f, loss.g, correct.g, dz.g);
+    expect_close(loss, 1e-5, "loss sum K=" + std::to_string(K));
+    expect_bits(correct, "correct count K=" + std::to_string(K));
+    expect_close(dz, 1e-5, "dlogits K=" + std::to_string(K));
+    // Without dlogits.
+    Dual loss2 = poisoned(DType::F32, Shape{1}), correct2 = poisoned(DType::F32, Shape{1});
+    be().cpu->softmax_cross_entropy(z.c, labels.c, 1.0f, loss2.c, correct2.c, Tensor());
+    be().gpu->softmax_cross_entropy(z.g, labels.g, 1.0f, loss2.g, correct2.g, Tensor());
+    expect_close(loss2, 1e-5, "loss sum, no dlogits");
+  }
+}
+
+TEST_CASE("cuda: dropout masks and outputs, bit for bit", "[cuda][dropout]") {
+  Rng rng(10);
+  for (DType t : float_dtypes()) {
+    const Shape s{5, 7, 9, 11};
+    Dual x = random_dual(rng, t, s);
+    Dual mask = poisoned(DType::U8, s);
+    Dual y = poisoned(t, s);
+    be().cpu->dropout_forward(x.c, 0.3f, 1234, 99991, mask.c, y.c);
+    be().gpu->dropout_forward(x.g, 0.3f, 1234, 99991, mask.g, y.g);
+    expect_bits(mask, "dropout mask");
+    expect_bits(y, "dropout forward");
+    Dual dy = random_dual(rng, t, s);
+    Dual dx = poisoned(t, s);
+    be().cpu->dropout_backward(dy.c, mask.c, 0.3f, dx.c);
+    be().gpu->dropout_backward(dy.g, mask.g, 0.3f, dx.g);
+    expect_bits(dx, "dropout backward");
+  }
+}
+
+TEST_CASE("cuda: unscale_and_check, bit for bit, and the non-finite verdict", "[cuda][fused]") {
+  Rng rng(11);
+  const int64_t n = 1000003;
+  std::vector<float> v = random_floats(rng, n, -70000.0f, 70000.0f);
+  Dual g = from_floats(DType::F32, Shape{n}, v);
+  const bool c_ok = be().cpu->unscale_and_check(g.c, 1.0f / 32768.0f);
+  const bool g_ok = be().gpu->unscale_and_check(g.g, 1.0f / 32768.0f);
+  CHECK(c_ok);
+  CHECK(g_ok);
+  expect_bits(g, "unscaled gradients");
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    v[n - 17] = bad;
+    Dual h = from_floats(DType::F32, Shape{n}, v);
+    CHECK_FALSE(be().cpu->unscale_and_check(h.c, 0.5f));
+    CHECK_FALSE(be().gpu->unscale_and_check(h.g, 0.5f));
+  }
+}
+
+TEST_CASE("cuda: fused optimizer passes (SGD, momentum, Nesterov, Adam, AdamW), bit for bit", "[cuda][fused]") {
+  Rng rng(12);
+  const int64_t n = 100003;
+  struct OC {
+    const char* name;
+    OptimizerStep s;
+  };
+  std::vector<OC> cases;
+  {
+    OptimizerStep s;
+    s.kind = OptimizerStep::Kind::Sgd;
+    s.lr = 0.05f;
+    cases.push_back({"sgd", s});
+    s.momentum = 0.9f;
+    cases.push_back({"sgd momentum", s});
+    s.nesterov = true;
+    s.weight_decay = 1e-4f;
+    cases.push_back({"sgd nesterov + l2", s});
+    OptimizerStep a;
+    a.kind = OptimizerStep::Kind::Adam;
+    a.lr = 1e-3f;
+    a.t = 7;
+    cases.push_back({"adam", a});
+    a.weight_decay = 1e-4f;
+    cases.push_back({"adam + l2", a});
+    a.kind = OptimizerStep::Kind::AdamW;
+    a.weight_decay = 0.01f;
+    a.t = 1;
+    cases.push_back({"adamw", a});
+  }
+  for (const OC& oc : cases)
+    for (DType copy_t : {DType::F32, DType::F16, DType::BF16}) {  // F32 here: no compute copy
+      const std::string what = std::string(oc.name) + " copy " + dt_name(copy_t);
+      INFO(what);
+      Dual w = random_dual(rng, DType::F32, Shape{n});
+      Dual g = random_dual(rng, DType::F32, Shape{n}, -0.1f, 0.1f);
+      Dual m = random_dual(rng, DType::F32, Shape{n}, -0.01f, 0.01f);
+      Dual v = random_dual(rng, DType::F32, Shape{n}, 1e-6f, 1e-3f);
+      Dual copy = poisoned(copy_t == DType::F32 ? DType::F16 : copy_t, Shape{n});
+      const bool has_copy = copy_t != DType::F32;
+      const bool sgd = oc.s.kind == OptimizerStep::Kind::Sgd;
+      for (int step = 0; step < 3; ++step) {
+        be().cpu->optimizer_step(oc.s, w.c, g.c, m.c, sgd ? Tensor() : v.c, has_copy ? copy.c : Tensor());
+        be().gpu->optimizer_step(oc.s, w.g, g.g, m.g, sgd ? Tensor() : v.g, has_copy ? copy.g : Tensor());
+      }
+      expect_bits(w, what + " master");
+      expect_bits(m, what + " state1");
+      if (!sgd) expect_bits(v, what + " state2");
+      if (has_copy) expect_bits(copy, what + " compute copy");
+    }
+}
+
+TEST_CASE("cuda: stats (min, max, mean|x|, inf/nan/zero counts)", "[cuda]") {
+  Rng rng(13);
+  for (DType t : float_dtypes()) {
+    std::vector<float> v = random_floats(rng, 50001, -3.0f, 5.0f);
+    v[10] = 0.0f;
+    v[11] = std::numeric_limits<float>::infinity();
+    v[12] = -std::numeric_limits<float>::infinity();
+    v[13] = std::numeric_limits<float>::quiet_NaN();
+    Dual x = from_floats(t, Shape{50001}, v);
+    const TensorStats c = be().cpu->stats(x.c), g = be().gpu->stats(x.g);
+    INFO(dt_name(t));
+    CHECK(g.count == c.count);
+    CHECK(g.n_inf == c.n_inf);
+    CHECK(g.n_nan == c.n_nan);
+    CHECK(g.n_zero == c.n_zero);
+    CHECK(g.min == c.min);
+    CHECK(g.max == c.max);
+    CHECK(g.mean_abs == Approx(c.mean_abs).epsilon(1e-6));
+  }
+}
