@@ -486,7 +486,7 @@ TEST_CASE("float32 evaluation of a mixed-precision run, and bench", "[train]") {
 
 // ---- end to end on MNIST ----------------------------------------------------
 
-TEST_CASE("MNIST smoke net: one epoch >= 97% under float32, mixed_float16 and mixed_bfloat16", "[train][e2e]") {
+TEST_CASE("MNIST smoke net: one epoch >= 97% under float32, mixed_float16 and mixed_bfloat16", "[train][e2e][.]") {
   const std::string mnist = std::string(MPX_SHARED_DATA) + "/mnist";
   if (!fs::exists(mnist + "/train-images-idx3-ubyte.gz") && !fs::exists(mnist + "/train-images-idx3-ubyte")) {
     WARN("no MNIST under " << mnist << ": skipped");

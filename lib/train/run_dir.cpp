@@ -3,7 +3,7 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -80,15 +81,38 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   });
 }
 
-LogFileSink::LogFileSink(const std::string& path) {
-  try {
-    auto s = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
-    s->set_level(spdlog::level::info);
-    s->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-    sink_ = s;
-  } catch (const spdlog::spdlog_ex& e) {
-    throw Error("cannot open the log file '" + path + "': " + e.what());
+namespace {
+/// train.log: appends each formatted line and flushes it, so the file is current
+/// while the run goes on (and complete after a crash).
+class FlushingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FlushingFileSink(const std::string& path) : path_(path) {
+    f_ = std::fopen(path.c_str(), "ab");
+    if (!f_) throw Error("cannot open the log file '" + path + "': " + std::strerror(errno));
   }
+  ~FlushingFileSink() override {
+    if (f_) std::fclose(f_);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    std::fwrite(buf.data(), 1, buf.size(), f_);
+    std::fflush(f_);
+  }
+  void flush_() override { std::fflush(f_); }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+}  // namespace
+
+LogFileSink::LogFileSink(const std::string& path) {
+  sink_ = std::make_shared<FlushingFileSink>(path);
+  sink_->set_level(spdlog::level::info);
+  sink_->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   spdlog::default_logger()->sinks().push_back(sink_);
 }
 
