@@ -65,7 +65,7 @@ std::atomic<bool>& stop_requested();
 /**
  * @brief Runs `mpx train`.
  *
- * Run directory: opts.run_dir, else (when resuming from a <run>/checkpoints/ file)
+ * Run directory: opts.run_dir, else (when resuming from a file in <run>/checkpoints)
  * that run's directory, whose train.log and metrics.jsonl are appended to and
  * whose config.yaml and summary.json are replaced; else runs/<name>-<timestamp>.
  * config.yaml holds the resolved policy and loss-scale mode (device as given).
