@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "train/inspect.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -18,6 +19,7 @@ namespace {
 struct EvalArgs {
   std::string config;
   std::string checkpoint;
+  std::string weights;  // safetensors file instead of a checkpoint (needs --config)
   std::vector<std::string> sets;
   bool json = false;
 };
@@ -46,9 +48,11 @@ std::string config_of_checkpoint(const std::string& ckpt) {
 }
 
 void run_eval(const EvalArgs& a) {
+  if (a.checkpoint.empty() && a.weights.empty()) throw ConfigError("eval: give --checkpoint or --weights");
+  if (!a.weights.empty() && a.config.empty()) throw ConfigError("eval: --weights needs --config");
   const std::string config = a.config.empty() ? config_of_checkpoint(a.checkpoint) : a.config;
   const Config cfg = load_config(config, a.sets);
-  const EvalResult r = evaluate_checkpoint(cfg, a.checkpoint);
+  const EvalResult r = a.weights.empty() ? evaluate_checkpoint(cfg, a.checkpoint) : evaluate_weights(cfg, a.weights);
   if (a.json) {
     nlohmann::ordered_json j;
     j["loss"] = r.loss;  // shortest text that round-trips the double
@@ -72,9 +76,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("-c,--config", a->config,
                   "YAML config file (default: the config.yaml of the checkpoint's run directory)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint file, or a run directory (uses checkpoints/last)")
-      ->required()
-      ->check(CLI::ExistingPath);
+  auto* ck = cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint file, or a run directory (uses checkpoints/last)")
+                 ->check(CLI::ExistingPath);
+  cmd->add_option("--weights", a->weights, "Weights file (.safetensors, keras or pytorch layout) instead of a checkpoint")
+      ->check(CLI::ExistingFile)
+      ->excludes(ck);
   add_set_option(cmd, a->sets);
   cmd->add_flag("--json", a->json,
                 "Print one JSON object {loss, accuracy, count, policy} on stdout (no timings: "

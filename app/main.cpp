@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   mpx::app::add_compare_command(app);
   mpx::app::add_validate_command(app);
   mpx::app::add_devices_command(app);
+  mpx::app::add_export_command(app);
+  mpx::app::add_inspect_command(app);
 
   // The log level must be set before a sub-command's callback runs.
   app.parse_complete_callback([&] {

@@ -548,7 +548,7 @@ Config build(const YNode& root, const std::string& source) {
   Config c;
   c.source = source;
   static const std::vector<std::string> top = {"name",  "seed",  "device",    "policy",   "loss_scale", "data",
-                                               "model", "optimizer", "schedule", "train", "debug"};
+                                               "model", "optimizer", "schedule", "train", "debug", "weights"};
   const Origin none;
   if (!root.is_null() && !root.is_map())
     r.fail(root.origin, "config", fmt::format("expected a mapping of sections at the top level, got {}", describe(root)));
@@ -598,6 +598,10 @@ Config build(const YNode& root, const std::string& source) {
              c.train);
   const MapView dm = r.section(m.get("debug"), "debug", "the debug section", {"check_numerics"}, root.origin);
   with(dm, "check_numerics", [&](const YNode& n, const std::string& p) { c.debug.check_numerics = r.as_bool(n, p); });
+  const MapView wm = r.section(m.get("weights"), "weights", "the weights section", {"init_from"}, root.origin);
+  with(wm, "init_from", [&](const YNode& n, const std::string& p) {
+    if (!n.is_null()) c.weights.init_from = r.as_string(n, p);  // null (~) = none, as to_yaml writes it
+  });
   return c;
 }
 

@@ -124,6 +124,12 @@ struct DebugConfig {
   bool check_numerics = false;
 };
 
+struct WeightsConfig {
+  /// A safetensors file (keras or pytorch layout, as `mpx export` writes) loaded
+  /// after initialization; "" = none. Relative paths are relative to the working directory.
+  std::string init_from;
+};
+
 struct Config {
   std::string name = "run";
   uint64_t seed = 42;
@@ -136,6 +142,7 @@ struct Config {
   ScheduleConfig schedule;
   TrainConfig train;
   DebugConfig debug;
+  WeightsConfig weights;
   /// Where it was loaded from ("" for strings), for messages.
   std::string source;
 };

@@ -187,6 +187,15 @@ std::string to_yaml(const Config& c) {
   kv(out, "check_numerics", c.debug.check_numerics);
   out << YAML::EndMap;
 
+  out << YAML::Key << "weights" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "init_from" << YAML::Value;
+  if (c.weights.init_from.empty()) {
+    out << YAML::Null;
+  } else {
+    out << c.weights.init_from;
+  }
+  out << YAML::EndMap;
+
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -302,6 +302,12 @@ std::string Model::first_nonfinite_backward() {
   return "";
 }
 
+std::vector<LayerTensors> Model::layer_tensors() const {
+  std::vector<LayerTensors> out;
+  for (const nn::Layer* l : impl_->order) out.push_back({l->name(), l->type(), l->depth(), l->last_out, l->last_dx});
+  return out;
+}
+
 // ---- introspection ---------------------------------------------------------------
 
 Policy Model::policy() const { return impl_->c.policy; }

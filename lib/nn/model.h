@@ -40,6 +40,15 @@ struct ParamInfo {
   bool trainable = true;
 };
 
+/// One layer's tensors of the last step (`mpx inspect`): views into planned
+/// memory, valid until the next forward/backward.
+struct LayerTensors {
+  std::string name, type;
+  int depth = 0;
+  Tensor output;      // [n, out_shape] in the layer's compute dtype
+  Tensor input_grad;  // [n, in_shape], the gradient the layer passed back; empty where none was computed
+};
+
 /// Bytes the model keeps for one batch of the planned size.
 struct MemoryReport {
   size_t activation_bytes = 0;    // kept for the backward pass (outputs, masks, BN stats)
@@ -111,6 +120,9 @@ class Model {
   /// After backward(): the first layer (from the output back) whose input gradient
   /// or weight gradient holds inf/NaN, "" if none.
   std::string first_nonfinite_backward();
+  /// After forward() (+ backward()): every layer in execution order (nested
+  /// layers before their block) with its output and its input gradient.
+  std::vector<LayerTensors> layer_tensors() const;
 
   // ---- introspection -------------------------------------------------------
   Policy policy() const;
