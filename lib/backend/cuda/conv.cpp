@@ -61,10 +61,14 @@ std::string conv_what(const char* op, const Geo& g, DType t) {
 
 enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103 };
 
-PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, DType t) {
+/// Also keyed by the alignment of the three data pointers: weights are views into the
+/// parameter arena at any element offset, and cuDNN's fastest kernels need aligned operands.
+PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, DType t, const void* a, const void* b,
+                 const void* c) {
   PlanKey k;
   k << op << static_cast<int64_t>(t) << g.N << g.H << g.W << g.C << g.K << g.R << g.S << p.stride_h << p.stride_w
-    << p.pad_top << p.pad_left << p.pad_bottom << p.pad_right;
+    << p.pad_top << p.pad_left << p.pad_bottom << p.pad_right << pointer_alignment(a) << pointer_alignment(b)
+    << pointer_alignment(c);
   return k;
 }
 
@@ -245,7 +249,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   const Geo g = geometry(p, x.shape, w.shape);
   if (y.numel() == 0) return;
   const Tensor xin = conv_input(ctx, g, x);
-  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvFwd, p, g, x.dtype),
+  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvFwd, p, g, x.dtype, xin.data, w.data, y.data),
                                       [&] { return build_forward(ctx, g, x.dtype, xin.data, w.data, y.data); });
   const float alpha = 1.0f, beta = 0.0f;
   void* ws = workspace(ctx, plan);
@@ -263,7 +267,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
     const Shape s{g.N, g.Hp, g.Wp, g.C};
     dxin = Tensor(ctx.scratch(kSlotPadDX, static_cast<size_t>(s.numel()) * dtype_size(dx.dtype)), dx.dtype, s);
   }
-  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvBwdData, p, g, dx.dtype), [&] {
+  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvBwdData, p, g, dx.dtype, w.data, dy.data, dxin.data), [&] {
     return build_backward_data(ctx, g, dx.dtype, w.data, dy.data, dxin.data);
   });
   const float alpha = 1.0f, beta = 0.0f;
@@ -288,7 +292,7 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   if (dw.dtype != x.dtype)
     dwout = Tensor(ctx.scratch(kSlotGrad16, static_cast<size_t>(dw.numel()) * dtype_size(x.dtype)), x.dtype,
                    dw.shape);
-  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvBwdFilter, p, g, x.dtype), [&] {
+  ConvPlan& plan = ctx.plan<ConvPlan>(conv_key(kConvBwdFilter, p, g, x.dtype, xin.data, dy.data, dwout.data), [&] {
     return build_backward_filter(ctx, g, x.dtype, xin.data, dy.data, dwout.data);
   });
   const float alpha = 1.0f, beta = 0.0f;
