@@ -2,7 +2,8 @@
 // The trainer end to end on the CPU backend: the optimizer step through the
 // trainer, loss-scale overflow and underflow, bit-exact resume, checkpoint
 // mismatch, divergence with its run directory, interruption, eval and bench;
-// [e2e]: one epoch of the smoke net on real MNIST under the three policies.
+// [e2e] (hidden: minutes on 2 CPU cores; run with "[e2e]"): one epoch of the smoke net on
+// real MNIST under the three policies.
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
@@ -493,15 +494,12 @@ TEST_CASE("MNIST smoke net: one epoch >= 97% under float32, mixed_float16 and mi
     return;
   }
   const fs::path d = temp_dir("e2e");
-  const std::string yaml = "name: mnist_smoke\nseed: 42\ndevice: cpu\npolicy: float32\n"
-                           "data: {dataset: mnist, path: " + mnist + ", batch_size: 128}\n"
-                           "model:\n  layers:\n"
-                           "    - {type: conv2d, filters: 32, kernel: 3, activation: relu}\n"
-                           "    - {type: max_pool, pool_size: 2}\n"
-                           "    - {type: flatten}\n"
-                           "    - {type: dense, units: 10, activation: softmax, dtype: float32}\n"
-                           "optimizer: {name: adam, learning_rate: 1.0e-3}\n"
-                           "train: {epochs: 1, log_every: 100}\n";
+  // The shipped smoke config (adam 2e-3: configs/mnist_smoke.yaml measured 1e-3 at ~97.3% after one
+  // epoch, below the target), with the output layer in float32 as Keras recommends for mixed precision.
+  const std::vector<std::string> sets = {"device=cpu", "data.path=" + mnist, "model.layers[3].dtype=float32",
+                                         "train.log_every=100"};
+  const Config base = load_config(std::string(MPX_SOURCE_DIR) + "/configs/mnist_smoke.yaml", sets);
+  const std::string yaml = to_yaml(base);
   double acc[3];
   const char* policies[3] = {"float32", "mixed_float16", "mixed_bfloat16"};
   for (int i = 0; i < 3; ++i) {

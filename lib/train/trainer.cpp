@@ -880,8 +880,8 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
     spdlog::error("cannot write summary.json: {}", e.what());
   }
   if (result.status == "completed") {
-    spdlog::info("completed: {} epochs, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
-                 result.epochs, result.steps, result.final_test_accuracy, result.best_test_accuracy,
+    spdlog::info("completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
+                 result.epochs, result.epochs == 1 ? "" : "s", result.steps, result.final_test_accuracy, result.best_test_accuracy,
                  result.images_per_sec, format_duration(result.wall_seconds));
   }
   log_file.flush();
