@@ -286,6 +286,35 @@ TEST_CASE("underflow: tiny gradients vanish in float16 without loss scaling, sur
   CHECK(std::sqrt(err / norm) < 2e-2);           // with scaling: float32's within float16 tolerance
 }
 
+TEST_CASE("max_consecutive_skips through the trainer: diverged, naming the layer; check_numerics reports it",
+          "[train][scaler]") {
+  const fs::path d = temp_dir("skips");
+  // Fixed S = 2^30 under mixed_float16: every backward overflows, S never backs off.
+  const Config cfg = parse(small_yaml("mixed_float16", "  name: adam\n",
+                                      "loss_scale: {mode: fixed, initial: 1073741824, max_consecutive_skips: 3}\n"
+                                      "debug: {check_numerics: true}\n"));
+  TrainResult r;
+  {
+    support::ExpectLogs logs;
+    r = train(cfg, options(d / "run"));
+    CHECK(logs.contains("check_numerics: step 0: first non-finite gradient"));
+  }
+  CHECK(r.status == "diverged");
+  CHECK(r.exit_code == 4);
+  CHECK(r.steps == 3);
+  CHECK(r.skipped_steps == 3);
+  CHECK(r.last_skip_reason == "backward_overflow");
+  CHECK(r.final_loss_scale == std::ldexp(1.0, 30));
+  CHECK(r.message.find("3 consecutive steps") != std::string::npos);
+  CHECK(r.message.find("first non-finite gradient: ") != std::string::npos);
+  CHECK(r.message.find("loss_scale.mode: dynamic") != std::string::npos);
+  const json s = read_json(d / "run" / "summary.json");
+  CHECK(s["status"] == "diverged");
+  CHECK(s["skipped_steps"] == 3);
+  CHECK(s["last_skip_reason"] == "backward_overflow");
+  fs::remove_all(d);
+}
+
 // ---- resume -----------------------------------------------------------------
 
 TEST_CASE("resume is bit-exact: 2 epochs = 1 + resume + 1 = interrupted + resume", "[train][checkpoint]") {

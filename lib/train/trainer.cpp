@@ -648,7 +648,13 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       while (loader.next(batch)) {
         const auto t_step = Clock::now();
         const double lr = sched.lr(global_step);
-        const StepOutcome o = engine->step(batch.images.data(), batch.labels.data(), batch.n, lr, global_step);
+        StepOutcome o;
+        try {
+          o = engine->step(batch.images.data(), batch.labels.data(), batch.n, lr, global_step);
+        } catch (const DivergedError&) {
+          result.steps = global_step + 1;  // the step ran (and was the last straw)
+          throw;
+        }
         const double dt = seconds_since(t_step);
         epoch_train_seconds += dt;
         run_train_seconds += dt;
