@@ -53,7 +53,7 @@ done | sort -u | while read -r lib; do
   esac
   if is_system "$lib"; then continue; fi
   cp -L "$lib" "$BUILD_DIR/lib/$(basename "$lib")"
-  echo "  $(basename "$lib") ($(du -h "$lib" | cut -f1))"
+  echo "  $(basename "$lib") ($(du -hL "$lib" | cut -f1))"
 done
 
 echo "== MNIST mirror"
