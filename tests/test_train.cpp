@@ -23,6 +23,7 @@
 #include "support/log_capture.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "train/weights.h"
 
 using namespace mpx;
 namespace fs = std::filesystem;
@@ -312,6 +313,28 @@ TEST_CASE("max_consecutive_skips through the trainer: diverged, naming the layer
   CHECK(s["status"] == "diverged");
   CHECK(s["skipped_steps"] == 3);
   CHECK(s["last_skip_reason"] == "backward_overflow");
+  fs::remove_all(d);
+}
+
+TEST_CASE("weights.init_from starts training from a safetensors file", "[train][checkpoint]") {
+  const fs::path d = temp_dir("init_from");
+  const Config cfg = parse(small_yaml("float32", "  name: sgd\n  learning_rate: 1.0e-30\n"), {"train.max_steps=1"});
+  auto be = create_backend("cpu");
+  Model m(cfg, Policy::Float32, *be, 28, 28, 1, 10, 32);
+  m.init_params(12345);  // another seed than the config's
+  std::vector<float> w(static_cast<size_t>(m.num_params()));
+  be->download(w.data(), m.master());
+  write_safetensors((d / "w.safetensors").string(),
+                    export_weights(m, *be, cfg, Shape{28, 28, 1}, WeightsLayout::Keras, {}));
+  Config c2 = parse(small_yaml("float32", "  name: sgd\n  learning_rate: 1.0e-30\n"),
+                    {"train.max_steps=1", "weights.init_from=" + (d / "w.safetensors").string()});
+  REQUIRE(train(c2, options(d / "run")).status == "completed");
+  const Checkpoint ck = load_checkpoint((d / "run" / "checkpoints" / "last.ckpt").string());
+  // One SGD step of lr 1e-30: the imported weights, to float32 rounding.
+  REQUIRE(ck.master.size() == w.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < w.size(); ++i) bad += std::fabs(ck.master[i] - w[i]) > 1e-20f;
+  CHECK(bad == 0);
   fs::remove_all(d);
 }
 
