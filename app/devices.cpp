@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -79,6 +80,18 @@ void run_devices(bool json) {
   }
   const std::vector<DeviceInfo> gpus = cuda_devices();
   const bool built_with_cuda = MPX_WITH_CUDA != 0;
+  // Data parallel (lib/dist): this process's place in an mpirun job and the device it trains on.
+  const int launched = launcher_world_size();
+  Communicator* comm = nullptr;
+  if (launched == 1 || built_with_mpi()) comm = &world();
+  const int rank = comm ? comm->rank() : 0, world_size = comm ? comm->world_size() : launched;
+  const int local_rank = comm ? comm->local_rank() : 0;
+  const std::string rank_device =
+      gpus.empty() ? std::string("cpu") : fmt::format("cuda:{}", local_rank % static_cast<int>(gpus.size()));
+  const std::string dist_line = fmt::format(
+      "world size {}, rank {} (local rank {}), device {}{}; MPI {}, NCCL {}", world_size, rank, local_rank,
+      rank_device, comm ? "" : " (this mpx was built without MPI: `mpx train` would refuse this job)",
+      built_with_mpi() ? "built in" : "not built in", built_with_nccl() ? "built in" : "not built in");
   const std::string no_gpu_line =
       built_with_cuda ? "no CUDA device found" : "no CUDA device: this mpx was built without CUDA";
 
@@ -109,6 +122,8 @@ void run_devices(bool json) {
                            {"auto_policy", policy_name(p)},
                            {"auto_reason", reason}});
     }
+    j["dist"] = {{"world_size", world_size}, {"rank", rank}, {"local_rank", local_rank},
+                 {"device", rank_device}, {"mpi", built_with_mpi()}, {"nccl", built_with_nccl()}};
     if (gpus.empty()) j["note"] = no_gpu_line;
     print_json(j);
     command_exit_code() = kExitOk;
@@ -127,6 +142,7 @@ void run_devices(bool json) {
   if (gpus.empty()) {
     std::cout << '\n' << no_gpu_line << '\n';
   }
+  std::cout << "\ndistributed: " << dist_line << '\n';
   for (const auto& d : gpus) {
     std::string reason;
     const Policy p = resolve_policy(Policy::Auto, d, &reason);

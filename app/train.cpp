@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -45,6 +46,10 @@ void run_train(const TrainArgs& a) {
   opts.progress = !a.no_progress;
   const TrainResult r = train(cfg, opts);
 
+  if (world().rank() != 0) {  // data parallel: rank 0 speaks for the job (stdout too)
+    command_exit_code() = r.exit_code;
+    return;
+  }
   if (a.json) {
     // The run's summary.json as written, so a script needs no second read.
     std::ifstream in(r.run_dir + "/summary.json");

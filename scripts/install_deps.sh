@@ -8,6 +8,7 @@ PKGS=(
   build-essential cmake pkg-config git ca-certificates
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2
   libdnnl-dev zlib1g-dev nlohmann-json3-dev
+  libopenmpi-dev openmpi-bin
   python3 curl
 )
 

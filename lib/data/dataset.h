@@ -42,7 +42,8 @@ std::string fetch_script(const std::string& dataset);
 
 /// @brief One batch as the loader hands it out (host memory, reused between calls).
 struct Batch {
-  int64_t n = 0;                 // records in this batch (<= batch size)
+  int64_t n = 0;                 // records in this batch (<= batch size): this rank's shard
+  int64_t global_n = 0;          // records of the global batch over all ranks (== n with one rank)
   std::vector<uint8_t> images;   // n * H * W * C, NHWC
   std::vector<int32_t> labels;   // n
   std::vector<int64_t> indices;  // n: each record's index in the Dataset (tests, debugging)
@@ -50,12 +51,18 @@ struct Batch {
 
 /// @brief Iterates a Dataset in batches. Epoch e's order is a pure function of
 /// (seed, e), so a resumed run sees exactly the batches it would have seen.
+///
+/// Data-parallel: with `world` > 1 ranks every rank computes the same global
+/// order and batches of the global `batch_size`; rank r receives the r-th of
+/// `world` contiguous, near-equal slices of each global batch (exactly
+/// batch_size / world records when it divides). Steps and positions count
+/// global batches, so they are the same on every rank.
 class Loader {
  public:
   Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_last, const AugmentConfig& augment,
-         uint64_t seed);
+         uint64_t seed, int rank = 0, int world = 1);
   /// The Loader keeps a reference to the Dataset: a temporary would dangle.
-  Loader(Dataset&&, int64_t, bool, bool, const AugmentConfig&, uint64_t) = delete;
+  Loader(Dataset&&, int64_t, bool, bool, const AugmentConfig&, uint64_t, int = 0, int = 1) = delete;
   /// Batches per epoch.
   int64_t steps_per_epoch() const;
   /// Starts epoch `epoch` (0-based) at batch `first_step` (resume mid-epoch).
@@ -76,6 +83,7 @@ class Loader {
   bool shuffle_, drop_last_;
   AugmentConfig augment_;
   uint64_t seed_;
+  int rank_ = 0, world_ = 1;
   int64_t epoch_ = 0, pos_ = 0;
   std::vector<int64_t> order_;
   uint64_t augment_seed_ = 0;  // per-epoch key of the augmentation hash

@@ -13,8 +13,11 @@
 namespace mpx {
 
 Loader::Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_last, const AugmentConfig& augment,
-               uint64_t seed)
-    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), augment_(augment), seed_(seed) {
+               uint64_t seed, int rank, int world)
+    : ds_(ds), batch_size_(batch_size), shuffle_(shuffle), drop_last_(drop_last), augment_(augment), seed_(seed),
+      rank_(rank), world_(world) {
+  MPX_CHECK_MSG(world_ >= 1 && rank_ >= 0 && rank_ < world_,
+                "rank " + std::to_string(rank_) + " of " + std::to_string(world_));
   if (batch_size_ <= 0) throw ConfigError("data.batch_size must be > 0, got " + std::to_string(batch_size_));
   if (augment_.random_crop_padding < 0) {
     throw ConfigError("data.augment.random_crop_padding must be >= 0, got " +
@@ -119,14 +122,19 @@ void Loader::copy_record(int64_t index, uint8_t* dst) const {
 
 bool Loader::next(Batch& b) {
   if (pos_ >= steps_per_epoch()) return false;
-  const int64_t start = pos_ * batch_size_;
-  const int64_t n = std::min(batch_size_, ds_.size() - start);
+  // The global batch [g0, g0 + gn) of the epoch's order; this rank's slice of it.
+  const int64_t g0 = pos_ * batch_size_;
+  const int64_t gn = std::min(batch_size_, ds_.size() - g0);
+  const int64_t base = gn / world_, extra = gn % world_;
+  const int64_t start = g0 + rank_ * base + std::min<int64_t>(rank_, extra);
+  const int64_t n = base + (rank_ < extra ? 1 : 0);
   const int64_t bytes = ds_.image_bytes();
   // Size the buffers for a full batch once; later batches (and the shorter last one) reuse them.
   if (b.images.capacity() < static_cast<size_t>(batch_size_ * bytes)) b.images.reserve(batch_size_ * bytes);
   if (b.labels.capacity() < static_cast<size_t>(batch_size_)) b.labels.reserve(batch_size_);
   if (b.indices.capacity() < static_cast<size_t>(batch_size_)) b.indices.reserve(batch_size_);
   b.n = n;
+  b.global_n = gn;
   b.images.resize(static_cast<size_t>(n * bytes));
   b.labels.resize(static_cast<size_t>(n));
   b.indices.resize(static_cast<size_t>(n));

@@ -60,6 +60,7 @@ json header_to_json(const CheckpointHeader& h) {
   j["dataset"] = h.dataset;
   j["seed"] = h.seed;
   j["batch_size"] = h.batch_size;
+  j["world_size"] = h.world_size;
   j["num_params"] = h.num_params;
   j["num_state"] = h.num_state;
   j["epoch"] = h.epoch;
@@ -97,6 +98,7 @@ CheckpointHeader header_from_json(const json& j) {
   h.dataset = j.at("dataset").get<std::string>();
   h.seed = j.at("seed").get<uint64_t>();
   h.batch_size = j.at("batch_size").get<int64_t>();
+  h.world_size = j.value("world_size", int64_t{1});  // absent before data-parallel runs
   h.num_params = j.at("num_params").get<int64_t>();
   h.num_state = j.at("num_state").get<int64_t>();
   h.epoch = j.at("epoch").get<int64_t>();

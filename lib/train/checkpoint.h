@@ -29,7 +29,8 @@ inline constexpr uint32_t kCheckpointVersion = 1;
 struct CheckpointHeader {
   std::string config_name, policy, device, optimizer, dataset;
   uint64_t seed = 0;
-  int64_t batch_size = 0;
+  int64_t batch_size = 0;      // the global batch (all ranks)
+  int64_t world_size = 1;      // data-parallel ranks that wrote it; --resume needs as many
   int64_t num_params = 0, num_state = 0;
   // Position: the next step to run is batch `step_in_epoch` of epoch `epoch` (0-based).
   int64_t epoch = 0, step_in_epoch = 0, global_step = 0;

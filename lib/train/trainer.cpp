@@ -14,15 +14,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/dataset.h"
+#include "dist/communicator.h"
 #include "train/checkpoint.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
@@ -171,12 +174,14 @@ struct EvalStats {
   int64_t count = 0;
 };
 
+/// One step's outcome; with several ranks the sums and `n` are over all ranks (the global batch).
 struct StepOutcome {
   bool applied = false;
   bool loss_finite = true;
   SkipReason reason = SkipReason::None;
   double loss_sum = 0, correct = 0;
   int64_t n = 0;
+  bool stop = false;  // a rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
 };
 
 /// Input/label/loss buffers of one batch, planned once.
@@ -199,13 +204,17 @@ struct BatchBuffers {
 };
 
 /// Evaluates `model` (inference mode) over the whole of `ds`; loss summed in double.
-EvalStats evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds) {
+/// With several ranks each evaluates a contiguous slice of `ds` and the sums are all-reduced.
+EvalStats evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds,
+                         Communicator* comm = nullptr) {
   EvalStats r;
   double loss = 0;
   double correct = 0;
   const int64_t B = bb.max_batch;
-  for (int64_t i = 0; i < ds.size(); i += B) {
-    const int64_t n = std::min(B, ds.size() - i);
+  const int64_t world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t begin = ds.size() * rank / world, end = ds.size() * (rank + 1) / world;
+  for (int64_t i = begin; i < end; i += B) {
+    const int64_t n = std::min(B, end - i);
     const Tensor x = bb.images(n), y = bb.labels(n);
     be.upload(x, ds.images.data() + i * ds.image_bytes());
     be.upload(y, ds.labels.data() + i);
@@ -217,6 +226,11 @@ EvalStats evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Data
     loss += static_cast<double>(l);
     correct += static_cast<double>(c);
   }
+  if (world > 1) {
+    double v[2] = {loss, correct};
+    comm->all_reduce_sum(v, 2);
+    loss = v[0], correct = v[1];
+  }
   r.count = ds.size();
   r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
   r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
@@ -227,63 +241,127 @@ const char* kTryText =
     "Try a lower optimizer.learning_rate, loss_scale.mode: dynamic, policy: mixed_bfloat16 or float32, and "
     "debug.check_numerics: true to find the first non-finite layer on every step";
 
+/// Debug hook of the data-parallel tests: MPX_DEBUG_INJECT_INF="RANK:STEP" writes +inf into
+/// the first gradient of rank RANK at global step STEP, after its backward pass and before
+/// the all-reduce (an overflow on one rank's shard). -1 when unset or for another rank.
+int64_t inject_inf_step(int rank) {
+  const char* v = std::getenv("MPX_DEBUG_INJECT_INF");
+  int r = -1;
+  long long st = -1;
+  if (!v || std::sscanf(v, "%d:%lld", &r, &st) != 2 || r != rank) return -1;
+  return st;
+}
+
 class Engine {
  public:
-  Engine(const Config& cfg, Policy policy, Backend& be, int H, int W, int C, int K, LossScaleMode mode)
+  /// `comm` (may be null: one process) carries the host collectives and, on the CPU, the
+  /// gradient all-reduce; `device_comm` (NCCL, may be null) the gradient all-reduce on a GPU,
+  /// else GPU gradients go through host memory and `comm`. `local_batch`: this rank's share of
+  /// data.batch_size (0: all of it).
+  Engine(const Config& cfg, Policy policy, Backend& be, int H, int W, int C, int K, LossScaleMode mode,
+         Communicator* comm = nullptr, int64_t local_batch = 0, Communicator* device_comm = nullptr)
       : cfg_(cfg), policy_(policy), be_(be),
-        model_(cfg, policy, be, H, W, C, K, cfg.data.batch_size),
+        model_(cfg, policy, be, H, W, C, K, local_batch > 0 ? local_batch : cfg.data.batch_size),
         opt_(cfg.optimizer, be, model_.num_params()),
         scaler_(cfg.loss_scale, mode),
-        bb_(be, cfg.data.batch_size, H, W, C, K) {}
+        bb_(be, local_batch > 0 ? local_batch : cfg.data.batch_size, H, W, C, K),
+        comm_(comm), device_comm_(device_comm),
+        world_(comm ? comm->world_size() : 1), rank_(comm ? comm->rank() : 0),
+        host_grads_(be.info().name == "cpu"),
+        // Dropout masks differ between ranks (rank 0 keeps the single-process masks).
+        dropout_seed_(rank_ > 0 ? mix64(cfg.seed + static_cast<uint64_t>(rank_)) : cfg.seed),
+        inject_step_(inject_inf_step(rank_)) {}
+
+  int world_size() const { return world_; }
+  /// How the gradient arena is all-reduced ("" with one rank).
+  std::string reduce_path() const {
+    if (world_ == 1) return "";
+    if (device_comm_) return device_comm_->kind();
+    return host_grads_ ? comm_->kind() : comm_->kind() + " through host memory";
+  }
 
   Model& model() { return model_; }
   Optimizer& optimizer() { return opt_; }
   LossScaler& scaler() { return scaler_; }
   BatchBuffers& buffers() { return bb_; }
 
-  /// One training step on a host batch (see DESIGN.md "One training step").
-  StepOutcome step(const uint8_t* images, const int32_t* labels, int64_t n, double lr, int64_t global_step) {
+  /// One training step on a host batch (see DESIGN.md "One training step"). With several
+  /// ranks `n` is this rank's shard of a global batch of `global_n` records (n may be 0).
+  StepOutcome step(const uint8_t* images, const int32_t* labels, int64_t n, int64_t global_n, double lr,
+                   int64_t global_step) {
     StepOutcome o;
     o.n = n;
-    const Tensor x = bb_.images(n), y = bb_.labels(n), dl = bb_.dl(n);
-    be_.upload(x, images);
-    be_.upload(y, labels);
-    const Tensor logits = model_.forward(x, true, cfg_.seed, static_cast<uint64_t>(global_step));
     const double S = scaler_.scale();
-    be_.softmax_cross_entropy(logits, y, static_cast<float>(S), bb_.loss(), bb_.correct(), dl);
+    const Tensor dl = bb_.dl(n);
     float loss = 0, correct = 0;
-    be_.download(&loss, bb_.loss());
-    be_.download(&correct, bb_.correct());
+    std::string forward_where;
+    if (n > 0) {
+      const Tensor x = bb_.images(n), y = bb_.labels(n);
+      be_.upload(x, images);
+      be_.upload(y, labels);
+      const Tensor logits = model_.forward(x, true, dropout_seed_, static_cast<uint64_t>(global_step));
+      // The loss gradient is S * (this shard's mean loss) weighted by n * world / global_n, so that the
+      // sum over ranks divided by world is S * the global batch's mean loss (the weight is exactly 1
+      // when the shards are equal, and with one rank).
+      const double w = world_ > 1 ? static_cast<double>(n) * world_ / static_cast<double>(global_n) : 1.0;
+      be_.softmax_cross_entropy(logits, y, static_cast<float>(S * w), bb_.loss(), bb_.correct(), dl);
+      be_.download(&loss, bb_.loss());
+      be_.download(&correct, bb_.correct());
+      if (cfg_.debug.check_numerics) {
+        const std::string bad = model_.first_nonfinite_forward();
+        if (!bad.empty()) spdlog::warn("check_numerics: step {}: first non-finite forward output: {}", global_step, bad);
+      }
+      if (!std::isfinite(loss)) forward_where = model_.first_nonfinite_forward();
+    }
     o.loss_sum = loss;
     o.correct = correct;
-    o.loss_finite = std::isfinite(loss);
-
-    if (cfg_.debug.check_numerics) {
-      const std::string bad = model_.first_nonfinite_forward();
-      if (!bad.empty()) spdlog::warn("check_numerics: step {}: first non-finite forward output: {}", global_step, bad);
+    bool forward_bad = !forward_where.empty();
+    if (world_ > 1) {
+      // One small all-reduce: the global batch's metrics, and the verdicts every rank must share
+      // (a non-finite loss on any rank makes the sum non-finite; a stop request on any rank).
+      double v[5] = {o.loss_sum, o.correct, static_cast<double>(n), forward_bad ? 1.0 : 0.0,
+                     stop_requested().load() ? 1.0 : 0.0};
+      comm_->all_reduce_sum(v, 5);
+      o.loss_sum = v[0], o.correct = v[1], o.n = static_cast<int64_t>(std::llround(v[2]));
+      forward_bad = v[3] > 0;
+      o.stop = v[4] > 0;
     }
+    o.loss_finite = std::isfinite(o.loss_sum);
+    if (!forward_bad) forward_where.clear();
+    else if (forward_where.empty()) forward_where = "(on another rank)";
 
-    std::string forward_where;
     if (!o.loss_finite) {
-      forward_where = model_.first_nonfinite_forward();
       if (policy_ == Policy::Float32) {
         throw DivergedError(fmt::format(
-            "training diverged: the loss is {} at step {} under policy float32; {}. {}", std::isnan(loss) ? "NaN" : "inf",
-            global_step,
+            "training diverged: the loss is {} at step {} under policy float32{}; {}. {}",
+            std::isnan(o.loss_sum) ? "NaN" : "inf", global_step,
+            world_ > 1 ? fmt::format(" (summed over the {} ranks)", world_) : std::string(),
             forward_where.empty() ? "every layer output was finite, the loss itself overflowed"
                                   : "first non-finite output: layer " + forward_where,
             kTryText));
       }
-      o.reason = forward_where.empty() ? SkipReason::NonfiniteLoss : SkipReason::NonfiniteForward;
+      o.reason = forward_bad ? SkipReason::NonfiniteForward : SkipReason::NonfiniteLoss;
     } else {
-      model_.backward(dl);
+      if (n > 0) {
+        model_.backward(dl);
+      } else if (model_.num_params() > 0) {
+        be_.fill(model_.grads(), 0.0f);  // no records on this rank this step: it adds nothing
+      }
       if (cfg_.debug.check_numerics) {
         const std::string bad = model_.first_nonfinite_backward();
         if (!bad.empty())
           spdlog::warn("check_numerics: step {}: first non-finite gradient (loss scale {}): {}", global_step,
                        format_scale(S), bad);
       }
-      const bool finite = be_.unscale_and_check(model_.grads(), static_cast<float>(1.0 / S));
+      if (global_step == inject_step_ && model_.num_params() > 0) {
+        spdlog::warn("MPX_DEBUG_INJECT_INF: writing inf into this rank's gradients at step {}", global_step);
+        be_.fill(model_.grads().flat_view(0, Shape{1}), std::numeric_limits<float>::infinity());
+      }
+      // Summed while still scaled (inf/NaN propagate), then unscaled by 1/(S * world): the average,
+      // and the same finiteness verdict on every rank.
+      reduce_grads();
+      const bool finite =
+          be_.unscale_and_check(model_.grads(), static_cast<float>(1.0 / (S * static_cast<double>(world_))));
       if (finite) {
         opt_.step(model_.master(), model_.grads(), model_.compute_copy(), lr);
         o.applied = true;
@@ -316,6 +394,30 @@ class Engine {
   Optimizer opt_;
   LossScaler scaler_;
   BatchBuffers bb_;
+  Communicator* comm_;
+  Communicator* device_comm_;
+  int world_, rank_;
+  bool host_grads_;  // the gradient arena is host memory (CPU backend)
+  uint64_t dropout_seed_;
+  int64_t inject_step_;
+  std::vector<float> staging_;  // GPU gradients through host memory when there is no NCCL
+
+  /// The one all-reduce (sum) of the flat gradient arena per step.
+  void reduce_grads() {
+    const Tensor g = model_.grads();
+    if (world_ == 1 || g.empty() || g.numel() == 0) return;
+    if (device_comm_) {
+      be_.synchronize();
+      device_comm_->all_reduce_sum(g);
+    } else if (host_grads_) {
+      comm_->all_reduce_sum(g);
+    } else {
+      staging_.resize(static_cast<size_t>(g.numel()));
+      be_.download(staging_.data(), g);
+      comm_->all_reduce_sum(staging_.data(), staging_.size());
+      be_.upload(g, staging_.data());
+    }
+  }
 };
 
 Config strip_layer_dtypes(Config c) {
@@ -418,8 +520,32 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   // Phase 1 (errors are thrown): device, policy, loss scaling, the checkpoint to resume.
   Config cfg = cfg_in;
   if (cfg.data.batch_size <= 0) throw ConfigError("data.batch_size must be > 0");
-  const ResolvedDevice rd = resolve_device(cfg.device);
-  std::unique_ptr<Backend> backend = create_backend(rd.device);
+  // Data parallel (DESIGN.md "Beyond one machine"): under mpirun every rank runs this function.
+  Communicator& comm = world();
+  const int rank = comm.rank(), world_size = comm.world_size();
+  const bool rank0 = rank == 0;
+  if (cfg.data.batch_size % world_size != 0)
+    throw ConfigError(fmt::format("data.batch_size {} (the global batch) does not divide evenly over the {} ranks; "
+                                  "use a multiple of {}",
+                                  cfg.data.batch_size, world_size, world_size));
+  const int64_t local_batch = cfg.data.batch_size / world_size;
+  ResolvedDevice rd = resolve_device(cfg.device);
+  if (world_size > 1 && rd.device.rfind("cuda:", 0) == 0 && (cfg.device == "auto" || cfg.device == "cuda")) {
+    const int n = std::max(1, cuda_device_count());
+    rd.device = fmt::format("cuda:{}", comm.local_rank() % n);
+    rd.reason += fmt::format("; rank {} (local rank {}) takes {}", rank, comm.local_rank(), rd.device);
+  }
+  bool collective_failure = false;  // every rank knows of the failure (no MPI_Abort needed)
+  auto all_ranks = [&](const std::string& what, const std::function<void()>& fn) {
+    try {
+      run_on_all_ranks(comm, what, fn);
+    } catch (...) {
+      if (world_size > 1) collective_failure = true;
+      throw;
+    }
+  };
+  std::unique_ptr<Backend> backend;
+  all_ranks("starting the backend", [&] { backend = create_backend(rd.device); });
   Backend& be = *backend;
   const DeviceInfo dev = be.info();
   std::string policy_reason;
@@ -434,10 +560,18 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
 
   std::optional<Checkpoint> resume;
   std::string resume_path;
-  if (!opts.resume.empty()) {
-    resume_path = resolve_checkpoint_path(opts.resume);
-    resume = load_checkpoint(resume_path);
-  }
+  all_ranks("reading the checkpoint to resume", [&] {
+    if (!opts.resume.empty()) {
+      resume_path = resolve_checkpoint_path(opts.resume);
+      resume = load_checkpoint(resume_path);
+      if (resume->header.world_size != world_size)
+        throw ConfigError(fmt::format("checkpoint '{}' was written by a run of {} rank{}, this run has {}: resume "
+                                      "with the same number of ranks (mpirun -np {})",
+                                      resume_path, resume->header.world_size,
+                                      resume->header.world_size == 1 ? "" : "s", world_size,
+                                      resume->header.world_size));
+    }
+  });
 
   // The run directory: --run-dir; else, when resuming from <run>/checkpoints/x.ckpt, that run's
   // directory (metrics.jsonl and train.log are appended to); else runs/<name>-<timestamp>.
@@ -448,7 +582,9 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   }
   if (run_dir.empty()) run_dir = default_run_dir(cfg.name);
   const bool append = resume && fs::exists(fs::path(run_dir) / "metrics.jsonl");
-  create_run_dir(run_dir);
+  all_ranks("creating the run directory", [&] {
+    if (rank0) create_run_dir(run_dir);  // only rank 0 writes the run directory
+  });
 
   // Phase 2: from here on every failure is recorded in summary.json.
   TrainResult result;
@@ -459,17 +595,35 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   result.final_loss_scale = mode == LossScaleMode::None ? 1.0 : cfg.loss_scale.initial;
   const fs::path dir(run_dir);
   const std::string ckpt_dir = (dir / "checkpoints").string();
-  LogFileSink log_file((dir / "train.log").string());
-  Progress progress(opts.progress && ::isatty(STDERR_FILENO) != 0);
+  std::optional<LogFileSink> log_file;
+  if (rank0) log_file.emplace((dir / "train.log").string());
+  Progress progress(rank0 && opts.progress && ::isatty(STDERR_FILENO) != 0);
+  std::unique_ptr<Communicator> nccl;  // the GPU gradient all-reduce
 
   double prior_wall = 0;
   double run_train_seconds = 0;
   int64_t run_images = 0;
   std::unique_ptr<Engine> engine;
   try {
-    write_file_atomic((dir / "config.yaml").string(), to_yaml(cfg));
+    if (rank0) write_file_atomic((dir / "config.yaml").string(), to_yaml(cfg));
     spdlog::info("run directory: {}{}", run_dir, resume ? " (resumed from " + resume_path + ")" : "");
     spdlog::info("{}: {}", rd.reason, dev.description);
+    if (world_size > 1) {
+      // Each rank's device, gathered on rank 0: slot r holds 0 for the CPU, 1 + N for cuda:N.
+      std::vector<double> devs(static_cast<size_t>(world_size), 0.0);
+      if (rd.device.rfind("cuda:", 0) == 0) devs[static_cast<size_t>(rank)] = 1.0 + std::stoi(rd.device.substr(5));
+      comm.all_reduce_sum(devs.data(), devs.size());
+      std::string list;
+      for (int r = 0; r < world_size; ++r) {
+        const int d = static_cast<int>(devs[static_cast<size_t>(r)]);
+        list += fmt::format("{}rank {} {}", r ? ", " : "", r, d == 0 ? std::string("cpu") : fmt::format("cuda:{}", d - 1));
+      }
+      spdlog::info("data parallel: world size {} ({}), this is rank {} (local rank {}); devices: {}", world_size,
+                   comm.kind(), rank, comm.local_rank(), list);
+      if (rd.device.rfind("cuda:", 0) == 0 && built_with_nccl()) {
+        all_ranks("starting NCCL", [&] { nccl = make_nccl_communicator(comm, std::stoi(rd.device.substr(5))); });
+      }
+    }
     spdlog::info("{}", policy_reason);
     spdlog::info("loss scaling: {}{}", loss_scale_mode_name(mode),
                  mode == LossScaleMode::Dynamic
@@ -482,34 +636,42 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                                                 : std::string());
     for (const auto& w : warnings) spdlog::warn("{}", w);
 
-    // Data.
-    const Dataset train_ds = load_dataset(cfg.data, Split::Train, cfg.seed);
-    const Dataset test_ds = load_dataset(cfg.data, Split::Test, cfg.seed);
-    check_input_shape(cfg, train_ds);
-    if (test_ds.H != train_ds.H || test_ds.W != train_ds.W || test_ds.C != train_ds.C)
-      throw DataError("the test split's image shape differs from the training split's");
-    Loader loader(train_ds, cfg.data.batch_size, cfg.data.shuffle, cfg.data.drop_last, cfg.data.augment, cfg.seed);
+    // Data: every rank reads the whole data set and takes its shard of each global batch.
+    Dataset train_ds, test_ds;
+    all_ranks("loading the data", [&] {
+      train_ds = load_dataset(cfg.data, Split::Train, cfg.seed);
+      test_ds = load_dataset(cfg.data, Split::Test, cfg.seed);
+      check_input_shape(cfg, train_ds);
+      if (test_ds.H != train_ds.H || test_ds.W != train_ds.W || test_ds.C != train_ds.C)
+        throw DataError("the test split's image shape differs from the training split's");
+    });
+    Loader loader(train_ds, cfg.data.batch_size, cfg.data.shuffle, cfg.data.drop_last, cfg.data.augment, cfg.seed,
+                  rank, world_size);
     const int64_t steps_per_epoch = loader.steps_per_epoch();
     if (steps_per_epoch <= 0)
       throw ConfigError(fmt::format("data.drop_last with batch_size {} leaves no batch of the {} training records",
                                     cfg.data.batch_size, train_ds.size()));
 
     // Model, optimizer, scaler.
-    engine = std::make_unique<Engine>(cfg, policy, be, train_ds.H, train_ds.W, train_ds.C, train_ds.num_classes, mode);
+    all_ranks("building the model", [&] {
+      engine = std::make_unique<Engine>(cfg, policy, be, train_ds.H, train_ds.W, train_ds.C, train_ds.num_classes,
+                                        mode, &comm, local_batch, nccl.get());
+      set_normalization(engine->model(), cfg);
+      engine->model().init_params(cfg.seed);
+      if (!cfg.weights.init_from.empty() && !resume) {  // weights.init_from (train/weights.h); --resume restores its own
+        const WeightsLayout wl = import_weights(engine->model(), be, cfg, Shape{train_ds.H, train_ds.W, train_ds.C},
+                                                cfg.weights.init_from);
+        spdlog::info("weights: {} ({} layout)", cfg.weights.init_from, weights_layout_name(wl));
+      }
+    });
     Model& model = engine->model();
     Optimizer& opt = engine->optimizer();
     LossScaler& scaler = engine->scaler();
-    set_normalization(model, cfg);
-    model.init_params(cfg.seed);
-    if (!cfg.weights.init_from.empty() && !resume) {  // weights.init_from (train/weights.h); --resume restores its own
-      const WeightsLayout wl = import_weights(model, be, cfg, Shape{train_ds.H, train_ds.W, train_ds.C}, cfg.weights.init_from);
-      spdlog::info("weights: {} ({} layout)", cfg.weights.init_from, weights_layout_name(wl));
-    }
 
     std::unique_ptr<Model> eval_model;
     if (cfg.train.eval_policy == "float32" && !model.compute_copy().empty()) {
       eval_model = std::make_unique<Model>(strip_layer_dtypes(cfg), Policy::Float32, be, train_ds.H, train_ds.W,
-                                           train_ds.C, train_ds.num_classes, cfg.data.batch_size);
+                                           train_ds.C, train_ds.num_classes, local_batch);
       set_normalization(*eval_model, cfg);
     }
 
@@ -526,10 +688,12 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
     bool evaluated_at_end = false;
     if (resume) {
       const CheckpointHeader& h = resume->header;
-      restore_weights(be, model, *resume, resume_path, cfg);
-      if (h.optimizer != cfg.optimizer.name)
-        throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'",
-                                      resume_path, h.optimizer, cfg.optimizer.name));
+      all_ranks("restoring the checkpoint", [&] {
+        restore_weights(be, model, *resume, resume_path, cfg);
+        if (h.optimizer != cfg.optimizer.name)
+          throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'",
+                                        resume_path, h.optimizer, cfg.optimizer.name));
+      });
       opt.upload_state(resume->opt1, resume->opt2);
       opt.set_applied_updates(h.applied_updates);
       scaler.set_state(h.scaler);
@@ -563,19 +727,36 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
     result.final_test_accuracy = last_acc;
     result.final_test_loss = last_test_loss;
 
+    if (world_size > 1) {
+      // Every rank starts from rank 0's weights and batch-norm statistics (they are equal already when
+      // initialisation is deterministic; this makes it a guarantee, as DDP does).
+      for (const Tensor& t : {model.master(), model.state()}) {
+        if (t.empty() || t.numel() == 0) continue;
+        std::vector<float> v = download_all(be, t);
+        comm.broadcast(v.data(), v.size() * sizeof(float), 0);
+        be.upload(t, v.data());
+      }
+      model.refresh_compute_copy();
+    }
     result.memory = model.memory_report();
     result.optimizer_state_bytes = opt.state_bytes();
     spdlog::info("model:\n{}", model.summary_table());
     spdlog::info("data: {} train {} records, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}",
                  cfg.data.dataset, train_ds.size(), test_ds.size(), train_ds.H, train_ds.W, train_ds.C,
                  cfg.data.batch_size, steps_per_epoch, cfg.train.epochs, cfg.train.epochs == 1 ? "" : "s");
+    if (world_size > 1)
+      spdlog::info("data parallel: {} records per rank of each global batch of {}; one all-reduce ({}) of {} B of "
+                   "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
+                   "are checkpointed); test evaluation sharded over the ranks",
+                   local_batch, cfg.data.batch_size, engine->reduce_path(), model.num_params() * 4);
     spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {} B, grads {} B, compute copy {} B, "
                  "optimizer state {} B, activations {} B",
                  cfg.optimizer.name, base_lr, cfg.schedule.name, result.memory.master_bytes,
                  result.memory.grad_bytes, result.memory.compute_copy_bytes, result.optimizer_state_bytes,
                  result.memory.activation_bytes);
 
-    MetricsWriter metrics((dir / "metrics.jsonl").string(), append);
+    std::optional<MetricsWriter> metrics;
+    if (rank0) metrics.emplace((dir / "metrics.jsonl").string(), append);
 
     // ---- helpers over the current state ----
     auto make_checkpoint = [&](int64_t ck_epoch, int64_t ck_step) {
@@ -588,6 +769,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       h.dataset = cfg.data.dataset;
       h.seed = cfg.seed;
       h.batch_size = cfg.data.batch_size;
+      h.world_size = world_size;
       h.num_params = model.num_params();
       h.num_state = model.num_state();
       h.epoch = ck_epoch;
@@ -613,6 +795,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       return c;
     };
     auto save = [&](const std::string& name, int64_t ck_epoch, int64_t ck_step) {
+      if (!rank0) return;  // rank 0 holds the same weights and state as every rank
       const std::string path = ckpt_dir + "/" + name;
       save_checkpoint(path, make_checkpoint(ck_epoch, ck_step));
       spdlog::info("saved {} (epoch {}, step {} of the epoch)", path, ck_epoch, ck_step);
@@ -625,7 +808,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         eval_model->refresh_compute_copy();
         m = eval_model.get();
       }
-      return evaluate_model(be, *m, engine->buffers(), test_ds);
+      return evaluate_model(be, *m, engine->buffers(), test_ds, &comm);
     };
 
     const int64_t epochs = cfg.train.epochs;
@@ -650,7 +833,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         const double lr = sched.lr(global_step);
         StepOutcome o;
         try {
-          o = engine->step(batch.images.data(), batch.labels.data(), batch.n, lr, global_step);
+          o = engine->step(batch.images.data(), batch.labels.data(), batch.n, batch.global_n, lr, global_step);
         } catch (const DivergedError&) {
           result.steps = global_step + 1;  // the step ran (and was the last straw)
           throw;
@@ -694,11 +877,11 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
               scaler.state().skipped_total, ips, format_duration(eta));
           if (progress.on()) {
             spdlog::debug("{}", line);  // the live line shows it; train.log gets it below
-            log_file.write_info(line);
+            if (log_file) log_file->write_info(line);
           } else {
             spdlog::info("{}", line);
           }
-          metrics.write({{"kind", "step"},
+          if (metrics) metrics->write({{"kind", "step"},
                          {"step", global_step},
                          {"epoch", epoch + 1},
                          {"loss", json_number(wl)},
@@ -721,7 +904,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                                                             : 0.0,
                                     format_duration(eta)));
         }
-        if (stop_requested().load()) {
+        if (world_size > 1 ? o.stop : stop_requested().load()) {
           stop = true;
           stop_kind = "interrupted";
           break;
@@ -804,14 +987,14 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                    rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), ep_skipped,
                    ep_skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)
                               : std::string());
-      metrics.write(rec);
+      if (metrics) metrics->write(rec);
       ep_loss_sum = 0;
       ep_correct = ep_count = ep_skipped = 0;
       first_step = 0;
       if (improved) save("best.ckpt", epoch, 0);
       if (last_epoch || (cfg.train.checkpoint_every > 0 && epoch % cfg.train.checkpoint_every == 0))
         save("last.ckpt", epoch, 0);
-      log_file.flush();
+      if (log_file) log_file->flush();
     }
 
     if (stop_kind == "interrupted") {
@@ -831,7 +1014,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         result.best_test_accuracy = best_acc;
         spdlog::info("final evaluation: test loss {:.4f} acc {:.4f}", ev.loss, ev.accuracy);
         if (stop_kind == "max_steps") {
-          metrics.write({{"kind", "epoch"},
+          if (metrics) metrics->write({{"kind", "epoch"},
                          {"epoch", epoch + 1},
                          {"partial", true},
                          {"step", global_step},
@@ -853,6 +1036,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       result.message.clear();
     }
   } catch (const DivergedError& e) {
+    if (world_size > 1) collective_failure = true;  // every rank reaches it at the same step (shared verdicts)
     result.status = "diverged";
     result.exit_code = kExitDiverged;
     result.message = e.what();
@@ -871,6 +1055,20 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   }
   progress.clear();
   if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) spdlog::error("{}", result.message);
+  if (world_size > 1 && result.status == "completed" && engine) {
+    // The loss scale and skip count must be the same on every rank (DESIGN.md): check it once.
+    double v[2] = {engine->scaler().scale(), static_cast<double>(engine->scaler().state().skipped_total)};
+    const double mine[2] = {v[0], v[1]};
+    comm.all_reduce_sum(v, 2);
+    if (v[0] != mine[0] * world_size || v[1] != mine[1] * world_size) {
+      spdlog::error("internal error: the ranks disagree on the loss scale or the skipped steps");
+      result.status = "failed";
+      result.exit_code = kExitInternal;
+    } else {
+      spdlog::info("all {} ranks agree: loss scale {}, {} skipped steps", world_size,
+                   format_scale(engine->scaler().scale()), engine->scaler().state().skipped_total);
+    }
+  }
 
   if (engine) {
     result.skipped_steps = engine->scaler().state().skipped_total;
@@ -880,17 +1078,24 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   result.wall_seconds = prior_wall + seconds_since(t_start);
   result.images_per_sec = run_train_seconds > 0 ? static_cast<double>(run_images) / run_train_seconds : 0.0;
   result.peak_memory_bytes = be.memory_stats().peak_bytes;
-  try {
-    write_summary((dir / "summary.json").string(), result);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot write summary.json: {}", e.what());
+  if (rank0) {
+    try {
+      write_summary((dir / "summary.json").string(), result);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot write summary.json: {}", e.what());
+    }
   }
   if (result.status == "completed") {
     spdlog::info("completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
                  result.epochs, result.epochs == 1 ? "" : "s", result.steps, result.final_test_accuracy, result.best_test_accuracy,
                  result.images_per_sec, format_duration(result.wall_seconds));
   }
-  log_file.flush();
+  if (log_file) log_file->flush();
+  if (world_size > 1 && !collective_failure && result.exit_code != kExitOk && result.exit_code != kExitInterrupted) {
+    // This rank failed alone (the others may wait in a collective): end the whole job with its code.
+    spdlog::error("stopping all {} ranks (exit code {})", world_size, result.exit_code);
+    comm.abort(result.exit_code);
+  }
   return result;
 }
 
@@ -994,7 +1199,7 @@ BenchResult bench(const Config& cfg_in, int64_t steps, int64_t warmup) {
     next(x, y, n);
     be.synchronize();
     const auto t = Clock::now();
-    engine.step(x, y, n, lr, i);
+    engine.step(x, y, n, n, lr, i);
     be.synchronize();
     const double dt = seconds_since(t) * 1e3;
     if (i >= warmup) {

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// The NCCL communicator: the gradient all-reduce on device buffers (one rank per
+// GPU), bootstrapped over MPI (rank 0's ncclUniqueId is broadcast). Host
+// collectives go to the MPI communicator. Compiled only with MPX_WITH_NCCL.
+#include <mpx/config.hpp>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+#if MPX_WITH_NCCL
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <spdlog/spdlog.h>
+
+#include "backend/cuda/check.h"
+
+#define MPX_NCCL_CHECK(stmt) MPX_CHECK_GEN("NCCL", stmt, ncclSuccess, ncclGetErrorString)
+
+namespace mpx {
+
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, int device) : boot_(bootstrap), device_(device) {
+    MPX_CUDA_CHECK(cudaSetDevice(device_));
+    ncclUniqueId id{};
+    if (boot_.rank() == 0) MPX_NCCL_CHECK(ncclGetUniqueId(&id));
+    boot_.broadcast(&id, sizeof(id), 0);
+    MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MPX_NCCL_CHECK(ncclCommInitRank(&comm_, boot_.world_size(), id, boot_.rank()));
+  }
+  ~NcclCommunicator() override {
+    if (comm_) {
+      const ncclResult_t r = ncclCommDestroy(comm_);
+      if (r != ncclSuccess) spdlog::warn("ncclCommDestroy: {}", ncclGetErrorString(r));
+    }
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string kind() const override { return "nccl"; }
+  int rank() const override { return boot_.rank(); }
+  int world_size() const override { return boot_.world_size(); }
+  int local_rank() const override { return boot_.local_rank(); }
+
+  /// `data` is device memory on `device`; the caller has finished writing it (the backend synchronized).
+  void all_reduce_sum(float* data, size_t count) override {
+    if (count == 0) return;
+    MPX_CUDA_CHECK(cudaSetDevice(device_));
+    MPX_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_));
+    MPX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void all_reduce_sum(double* data, size_t count) override { boot_.all_reduce_sum(data, count); }
+  void broadcast(void* data, size_t bytes, int root) override { boot_.broadcast(data, bytes, root); }
+  void barrier() override { boot_.barrier(); }
+  [[noreturn]] void abort(int exit_code) override {
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    boot_.abort(exit_code);
+  }
+
+ private:
+  Communicator& boot_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device) {
+  return std::make_unique<NcclCommunicator>(bootstrap, device);
+}
+
+}  // namespace mpx
+
+#else
+
+namespace mpx {
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int) {
+  throw Error("mpx was built without NCCL (it needs both -DMPX_CUDA=ON and -DMPX_MPI=ON and nccl.h/libnccl)");
+}
+
+}  // namespace mpx
+
+#endif  // MPX_WITH_NCCL
