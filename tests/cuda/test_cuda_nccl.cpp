@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// The NCCL communicator (lib/dist) on a GPU: a one-rank NCCL job (bootstrapped over
+// the single-process communicator) all-reduces device buffers to themselves, bit
+// for bit, as the single-process run does. Multi-rank NCCL runs need mpirun and
+// one GPU per rank: README "More than one machine".
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+#include <mpx/config.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "dist/communicator.h"
+
+TEST_CASE("nccl: a one-rank NCCL all-reduce leaves device buffers unchanged (cuda:0)") {
+#if MPX_WITH_NCCL
+  auto single = mpx::make_single_communicator();
+  auto nccl = mpx::make_nccl_communicator(*single, 0);
+  CHECK(nccl->kind() == "nccl");
+  CHECK(nccl->world_size() == 1);
+  CHECK(nccl->rank() == 0);
+  const size_t n = 1 << 20;  // about the arena of a small CNN
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = std::sin(static_cast<float>(i)) * 1e-3f;
+  host[7] = INFINITY;  // non-finite values travel as they are (the finiteness verdict is shared)
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(&dev, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  nccl->all_reduce_sum(dev, n);
+  std::vector<float> back(n);
+  REQUIRE(cudaMemcpy(back.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaFree(dev);
+  CHECK(back == host);
+  double d[2] = {1.5, 2.5};
+  nccl->all_reduce_sum(d, 2);  // host doubles go over the bootstrap
+  CHECK(d[0] == 1.5);
+  CHECK(d[1] == 2.5);
+#else
+  CHECK_THROWS(mpx::make_nccl_communicator(*mpx::make_single_communicator(), 0));
+#endif
+}
