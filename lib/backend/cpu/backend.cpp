@@ -3,10 +3,15 @@
 // in its own file (memory.cpp, conv.cpp, ...); this file only wires them and
 // owns the Context (scratch, oneDNN engine/stream, plan cache).
 #include <omp.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
@@ -14,6 +19,38 @@
 #include "backend/backend.h"
 #include "backend/cpu/ops.h"
 #include "core/half.h"
+
+// ---- OpenMP wait policy ----------------------------------------------------------
+// libgomp's default makes idle threads spin (GOMP_SPINCOUNT 300000 pause loops) after
+// every parallel region and at every barrier. On the shared 2-core machines mpx runs
+// on, a spinning thread burns the time slice that its partner needs: perf showed ~60%
+// of all samples in libgomp's spin loop; the smoke net at load ~6 on 2 cores ran at
+// 520-650 img/s (user CPU 4.3-4.5 s for 30 steps) with the default and 1450-2550
+// img/s (user 1.2-1.5 s) with OMP_WAIT_POLICY=passive. libgomp reads its environment
+// once, in its initializer, before main(); setenv() in a .preinit_array function is
+// too early instead (libc's environ is not set up yet, so the change is lost). So the
+// executable re-executes itself once with OMP_WAIT_POLICY=passive added, unless the user
+// already chose OMP_WAIT_POLICY or GOMP_SPINCOUNT (set either to keep libgomp's
+// default). Only executables that link this object (mpx, the tests) do this.
+extern "C" {
+static void mpx_omp_wait_policy_preinit(int /*argc*/, char** argv, char** envp) {
+  if (!argv || !argv[0] || !envp) return;
+  constexpr size_t kMax = 4096;
+  static char* env[kMax + 2];
+  size_t n = 0;
+  for (char** e = envp; *e; ++e) {
+    if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) == 0 || std::strncmp(*e, "GOMP_SPINCOUNT=", 15) == 0) return;
+    if (n == kMax) return;
+    env[n++] = *e;
+  }
+  static char passive[] = "OMP_WAIT_POLICY=passive";
+  env[n++] = passive;
+  env[n] = nullptr;
+  execve("/proc/self/exe", argv, env);  // returns only on failure: then run with the default
+}
+__attribute__((section(".preinit_array"), used)) static void (*const mpx_omp_preinit_entry)(int, char**, char**) =
+    &mpx_omp_wait_policy_preinit;
+}
 
 namespace mpx {
 namespace cpu {
@@ -30,7 +67,61 @@ std::string cpu_model_name() {
   }
   return "unknown CPU";
 }
+// MPX_CPU_PROFILE=1: wall time per op, printed to stderr when the backend goes away
+// (ops run synchronously on the CPU, so the time of a call is the op's time).
+bool profiling() {
+  static const bool v = [] {
+    const char* e = std::getenv("MPX_CPU_PROFILE");
+    return e && *e && *e != '0';
+  }();
+  return v;
+}
+
+struct OpTimes {
+  struct Entry {
+    double wall = 0.0, cpu = 0.0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Entry> t;
+  ~OpTimes() {
+    if (t.empty()) return;
+    double wall = 0.0, cpu = 0.0;
+    for (const auto& [k, v] : t) wall += v.wall, cpu += v.cpu;
+    std::fprintf(stderr, "MPX_CPU_PROFILE: %.3f s wall, %.3f s process CPU in backend ops\n", wall, cpu);
+    for (const auto& [k, v] : t)
+      std::fprintf(stderr, "  %-26s wall %9.3f ms %5.1f%%  cpu %9.3f ms %5.1f%% %7lld calls\n", k.c_str(),
+                   v.wall * 1e3, 100.0 * v.wall / wall, v.cpu * 1e3, 100.0 * v.cpu / cpu,
+                   static_cast<long long>(v.calls));
+  }
+};
+
+class OpTimer {
+ public:
+  OpTimer(OpTimes& t, const char* name) : t_(profiling() ? &t : nullptr), name_(name) {
+    if (t_) t0_ = std::chrono::steady_clock::now(), c0_ = cpu_seconds();
+  }
+  ~OpTimer() {
+    if (!t_) return;
+    auto& e = t_->t[name_];
+    e.wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    e.cpu += cpu_seconds() - c0_;
+    ++e.calls;
+  }
+  static double cpu_seconds() {  // all threads of the process (OpenMP workers included)
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+
+ private:
+  OpTimes* t_;
+  const char* name_;
+  std::chrono::steady_clock::time_point t0_;
+  double c0_ = 0.0;
+};
 }  // namespace
+
+#define MPX_OP_TIMER(name) OpTimer op_timer_(times_, name)
 
 class CpuBackend final : public Backend {
  public:
@@ -73,92 +164,129 @@ class CpuBackend final : public Backend {
   void free_impl(void* p) override { std::free(p); }
   void upload_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void fill_impl(const Tensor& dst, float value) override { cpu::fill(dst, value); }
-  void copy_impl(const Tensor& dst, const Tensor& src) override { cpu::copy(dst, src); }
-  void cast_impl(const Tensor& src, const Tensor& dst) override { cpu::cast(src, dst); }
+  void fill_impl(const Tensor& dst, float value) override {
+    MPX_OP_TIMER("fill");
+    cpu::fill(dst, value);
+  }
+  void copy_impl(const Tensor& dst, const Tensor& src) override {
+    MPX_OP_TIMER("copy");
+    cpu::copy(dst, src);
+  }
+  void cast_impl(const Tensor& src, const Tensor& dst) override {
+    MPX_OP_TIMER("cast");
+    cpu::cast(src, dst);
+  }
   void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override {
+    MPX_OP_TIMER("normalize_input");
     cpu::normalize_input(ctx_, x, mean, std, y);
   }
   void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                            const Tensor& y, Activation act) override {
+    MPX_OP_TIMER("conv2d_forward");
     cpu::conv2d_forward(ctx_, p, x, w, bias, y, act);
   }
   void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                  const Tensor& dx) override {
+    MPX_OP_TIMER("conv2d_backward_data");
     cpu::conv2d_backward_data(ctx_, p, dy, w, dx);
   }
   void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
                                    const Tensor& db) override {
+    MPX_OP_TIMER("conv2d_backward_filter");
     cpu::conv2d_backward_filter(ctx_, p, x, dy, dw, db);
   }
   void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                           Activation act) override {
+    MPX_OP_TIMER("dense_forward");
     cpu::dense_forward(ctx_, x, w, bias, y, act);
   }
   void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override {
+    MPX_OP_TIMER("dense_backward_data");
     cpu::dense_backward_data(ctx_, dy, w, dx);
   }
   void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override {
+    MPX_OP_TIMER("dense_backward_weights");
     cpu::dense_backward_weights(ctx_, x, dy, dw, db);
   }
   void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override {
+    MPX_OP_TIMER("activation_forward");
     cpu::activation_forward(act, x, y);
   }
   void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) override {
+    MPX_OP_TIMER("activation_backward");
     cpu::activation_backward(act, y, dy, dx);
   }
-  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override { cpu::add(a, b, y); }
+  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    MPX_OP_TIMER("add");
+    cpu::add(a, b, y);
+  }
   void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override {
+    MPX_OP_TIMER("pool_forward");
     cpu::pool_forward(ctx_, p, x, y);
   }
   void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Tensor& dx) override {
+    MPX_OP_TIMER("pool_backward");
     cpu::pool_backward(ctx_, p, x, y, dy, dx);
   }
   void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override {
+    MPX_OP_TIMER("global_avg_pool_forward");
     cpu::global_avg_pool_forward(ctx_, x, y);
   }
   void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) override {
+    MPX_OP_TIMER("global_avg_pool_backward");
     cpu::global_avg_pool_backward(ctx_, dy, dx);
   }
   void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
                                         float epsilon, const Tensor& running_mean, const Tensor& running_var,
                                         const Tensor& saved_mean, const Tensor& saved_invstd,
                                         const Tensor& y) override {
+    MPX_OP_TIMER("batch_norm_forward_training");
     cpu::batch_norm_forward_training(ctx_, x, gamma, beta, momentum, epsilon, running_mean, running_var,
                                      saved_mean, saved_invstd, y);
   }
   void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                          const Tensor& running_mean, const Tensor& running_var, float epsilon,
                                          const Tensor& y) override {
+    MPX_OP_TIMER("batch_norm_forward_inference");
     cpu::batch_norm_forward_inference(ctx_, x, gamma, beta, running_mean, running_var, epsilon, y);
   }
   void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
                                 const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
                                 const Tensor& dbeta) override {
+    MPX_OP_TIMER("batch_norm_backward");
     cpu::batch_norm_backward(ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
   }
   void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
                                   const Tensor& loss_sum_out, const Tensor& correct_out,
                                   const Tensor& dlogits) override {
+    MPX_OP_TIMER("softmax_cross_entropy");
     cpu::softmax_cross_entropy(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
   }
   void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
                             const Tensor& y) override {
+    MPX_OP_TIMER("dropout_forward");
     cpu::dropout_forward(x, rate, seed, offset, mask, y);
   }
   void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override {
+    MPX_OP_TIMER("dropout_backward");
     cpu::dropout_backward(dy, mask, rate, dx);
   }
   bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override {
+    MPX_OP_TIMER("unscale_and_check");
     return cpu::unscale_and_check(grads, inv_scale);
   }
   void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
                            const Tensor& state2, const Tensor& compute_copy) override {
+    MPX_OP_TIMER("optimizer_step");
     cpu::optimizer_step(s, master, grads, state1, state2, compute_copy);
   }
-  TensorStats stats_impl(const Tensor& x) override { return cpu::stats(x); }
+  TensorStats stats_impl(const Tensor& x) override {
+    MPX_OP_TIMER("stats");
+    return cpu::stats(x);
+  }
 
+  OpTimes times_;  // before ctx_: printed after the Context is gone
   Context ctx_;
 };
 
