@@ -13,6 +13,8 @@
 #include <nccl.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/check.h"
 
 #define MPX_NCCL_CHECK(stmt) MPX_CHECK_GEN("NCCL", stmt, ncclSuccess, ncclGetErrorString)
@@ -58,6 +60,7 @@ class NcclCommunicator final : public Communicator {
     if (comm_) ncclCommAbort(comm_);
     comm_ = nullptr;
     boot_.abort(exit_code);
+    std::_Exit(exit_code);  // not reached (MPI_Abort)
   }
 
  private:
