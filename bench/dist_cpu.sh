@@ -28,7 +28,8 @@ model:
 optimizer: {name: sgd, learning_rate: 0.05, momentum: 0.9}
 train: {epochs: 1, log_every: 1000, max_steps: $STEPS}
 YAML
-export OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# yield_when_idle: a rank waiting in the all-reduce yields its core instead of spinning (shared cores)
+export OMP_NUM_THREADS=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 ips() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_sec"])' "$1/summary.json"; }
 
 taskset -c 0 "$MPX" train --no-progress --config "$TMP/bench.yaml" --run-dir "$TMP/one" > "$TMP/one.log" 2>&1
