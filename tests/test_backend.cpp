@@ -929,3 +929,44 @@ TEST_CASE("cpu backend: executables linking it run with libgomp's passive wait p
   const char* sc = std::getenv("GOMP_SPINCOUNT");
   REQUIRE((wp != nullptr || sc != nullptr));
 }
+
+TEST_CASE("backend max pooling, non-overlapping windows (the fast path): uncovered rows/columns, many channels",
+          "[backend][cpu]") {
+  auto t = GENERATE(DType::F32, DType::BF16);
+  auto win = GENERATE(2, 3);
+  Dev d;
+  Rng rng(43);
+  PoolParams p;
+  p.R = p.S = p.stride_h = p.stride_w = win;
+  const int64_t N = 4, H = 11, W = 10, C = 300;  // > 2^16 elements (parallel), C > one 256-channel chunk
+  const int64_t P = p.out_h(H), Q = p.out_w(W);
+  std::vector<float> xv, dyv;
+  Tensor x = d.rand(rng, t, Shape{N, H, W, C}, &xv);
+  xv[static_cast<size_t>(2 * C + 9)] = xv[static_cast<size_t>(9)];            // a tie: the first one gets dy
+  d.put(x, xv);
+  xv = d.get(x);
+  Tensor dy = d.rand(rng, t, Shape{N, P, Q, C}, &dyv);
+  Tensor y = d.make(t, Shape{N, P, Q, C});
+  d.be->fill(y, std::numeric_limits<float>::quiet_NaN());
+  d.be->pool_forward(p, x, y);
+  check_close("tiled max forward", d.get(y), ref::pool_forward(p, N, H, W, C, widen(xv)), t);
+  Tensor dx = d.make(t, Shape{N, H, W, C});
+  d.be->fill(dx, std::numeric_limits<float>::quiet_NaN());  // every element must be written
+  d.be->pool_backward(p, x, y, dy, dx);
+  check_close("tiled max backward", d.get(dx), ref::pool_backward(p, N, H, W, C, widen(xv), widen(dyv)), t);
+}
+
+TEST_CASE("backend max pooling: a NaN wins its window and takes the gradient", "[backend][cpu]") {
+  Dev d;
+  PoolParams p;  // 2x2 stride 2
+  Tensor x = d.make(DType::F32, Shape{1, 2, 2, 1});
+  d.put(x, {1.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f, 2.0f});
+  Tensor y = d.make(DType::F32, Shape{1, 1, 1, 1});
+  d.be->pool_forward(p, x, y);
+  REQUIRE(std::isnan(d.get(y)[0]));
+  Tensor dy = d.make(DType::F32, Shape{1, 1, 1, 1});
+  d.put(dy, {5.0f});
+  Tensor dx = d.make(DType::F32, Shape{1, 2, 2, 1});
+  d.be->pool_backward(p, x, y, dy, dx);
+  check_exact("NaN max", d.get(dx), {0.0f, 5.0f, 0.0f, 0.0f});
+}

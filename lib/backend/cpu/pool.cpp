@@ -2,6 +2,7 @@
 // Max/average pooling (NHWC, asymmetric padding; average excludes padding from
 // the divisor as Keras does) and global average pooling, forward and backward.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -34,10 +35,102 @@ PGeo geometry(const PoolParams& p, const Shape& x) {
   return g;
 }
 
-constexpr int64_t kChan = 256;  // channels per max-pool backward chunk (stack arrays)
+constexpr int64_t kChan = 256;
+
+// MPX_CPU_REFERENCE=1: the plain loops only (as in conv.cpp).
+bool use_reference() {
+  static const bool v = [] {
+    const char* e = std::getenv("MPX_CPU_REFERENCE");
+    return e && *e && *e != '0';
+  }();
+  return v;
+}  // channels per max-pool backward chunk (stack arrays)
 
 // "First maximum": strict >, scanning rows then columns; NaN wins and stays.
 inline bool takes(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
+
+// ---- max pooling with non-overlapping windows (stride = window, no padding) ---------
+// The common case (Keras MaxPooling2D default). Every input position belongs to at
+// most one window, so backward writes each dx element exactly once (dy at the window's
+// first maximum, 0 elsewhere, 0 for the rows/columns no window covers) instead of a
+// memset plus a scatter, and both directions run over channels in branch-free loops
+// the compiler vectorizes. Same "first maximum, NaN wins" rule as takes().
+
+bool tiled_max(const PoolParams& p, const PGeo& g) {
+  return p.kind == PoolKind::Max && g.sh == g.R && g.sw == g.S && g.pt == 0 && g.pl == 0 && g.R * g.S <= 64;
+}
+
+inline float take_f(float v, float m) {
+  const bool t = (v > m) | ((v != v) & (m == m));
+  return t ? v : m;
+}
+
+void tiled_max_forward(const PGeo& g, const float* x, float* y) {
+#pragma omp parallel for collapse(2) schedule(static) if (g.N * g.H * g.W * g.C > (1 << 16))
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t p = 0; p < g.P; ++p) {
+      for (int64_t q = 0; q < g.Q; ++q) {
+        float* yo = y + ((n * g.P + p) * g.Q + q) * g.C;
+        const float* x0 = x + ((n * g.H + p * g.R) * g.W + q * g.S) * g.C;
+        for (int64_t c = 0; c < g.C; ++c) yo[c] = x0[c];
+        for (int64_t r = 0; r < g.R; ++r)
+          for (int64_t s = (r == 0 ? 1 : 0); s < g.S; ++s) {
+            const float* xi = x0 + (r * g.W + s) * g.C;
+            for (int64_t c = 0; c < g.C; ++c) yo[c] = take_f(xi[c], yo[c]);
+          }
+      }
+    }
+}
+
+void tiled_max_backward(const PGeo& g, const float* x, const float* dy, float* dx) {
+  const int64_t row = g.W * g.C;  // one input row of one image
+#pragma omp parallel for collapse(2) schedule(static) if (g.N * g.H * g.W * g.C > (1 << 16))
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t p = 0; p < g.P; ++p) {
+      const int64_t h0 = p * g.R;
+      for (int64_t q = 0; q < g.Q; ++q) {
+        const float* dyo = dy + ((n * g.P + p) * g.Q + q) * g.C;
+        const int64_t off0 = ((n * g.H + h0) * g.W + q * g.S) * g.C;
+        for (int64_t c0 = 0; c0 < g.C; c0 += kChan) {
+          const int64_t nc = std::min<int64_t>(kChan, g.C - c0);
+          // The window's maximum (forward rule), then each position in scan order takes dy
+          // if it holds that maximum (NaN: is NaN) and no earlier position did. Bitwise
+          // masks, no branches, so the loops vectorize.
+          float best[kChan];
+          int32_t done[kChan];
+          const float* x0 = x + off0 + c0;
+          for (int64_t c = 0; c < nc; ++c) best[c] = x0[c], done[c] = 0;
+          for (int64_t r = 0; r < g.R; ++r)
+            for (int64_t s = (r == 0 ? 1 : 0); s < g.S; ++s) {
+              const float* xi = x0 + r * row + s * g.C;
+              for (int64_t c = 0; c < nc; ++c) best[c] = take_f(xi[c], best[c]);
+            }
+          for (int64_t r = 0; r < g.R; ++r)
+            for (int64_t s = 0; s < g.S; ++s) {
+              const float* xi = x0 + r * row + s * g.C;
+              float* d = dx + off0 + c0 + r * row + s * g.C;
+              const float* gy = dyo + c0;
+#pragma omp simd
+              for (int64_t c = 0; c < nc; ++c) {
+                const float v = xi[c], m = best[c];
+                const int32_t hit = static_cast<int32_t>((v == m) | ((v != v) & (m != m))) & (done[c] ^ 1);
+                d[c] = hit ? gy[c] : 0.0f;
+                done[c] |= hit;
+              }
+            }
+        }
+      }
+      // Columns right of the last window in these rows: no window reads them.
+      if (g.Q * g.S < g.W)
+        for (int64_t r = 0; r < g.R; ++r)
+          std::memset(dx + ((n * g.H + h0 + r) * g.W + g.Q * g.S) * g.C, 0,
+                      sizeof(float) * static_cast<size_t>((g.W - g.Q * g.S) * g.C));
+    }
+  // Rows below the last window.
+  if (g.P * g.R < g.H)
+    for (int64_t n = 0; n < g.N; ++n)
+      std::memset(dx + (n * g.H + g.P * g.R) * row, 0, sizeof(float) * static_cast<size_t>((g.H - g.P * g.R) * row));
+}
 
 }  // namespace
 
@@ -45,6 +138,11 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
   const PGeo g = geometry(pp, x.shape);
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
+  if (tiled_max(pp, g) && !use_reference()) {
+    tiled_max_forward(g, xf, yf);
+    f32_commit(yf, y);
+    return;
+  }
   const bool is_max = pp.kind == PoolKind::Max;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
@@ -77,6 +175,11 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
   const float* xf = pp.kind == PoolKind::Max ? f32_in(ctx, kSlotX, x) : nullptr;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dxf = f32_out(ctx, kSlotDX, dx);
+  if (tiled_max(pp, g) && !use_reference()) {
+    tiled_max_backward(g, xf, dyf, dxf);
+    f32_commit(dxf, dx);
+    return;
+  }
   const bool is_max = pp.kind == PoolKind::Max;
   const int64_t img = g.H * g.W * g.C;
 #pragma omp parallel for schedule(static)
