@@ -72,7 +72,7 @@ void run_eval(const EvalArgs& a) {
 
 void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
-  auto* cmd = app.add_subcommand("eval", "Evaluate a checkpoint on the test split");
+  auto* cmd = app.add_subcommand("eval", "Evaluate a checkpoint (or a --weights file) on the test split");
   cmd->add_option("-c,--config", a->config,
                   "YAML config file (default: the config.yaml of the checkpoint's run directory)")
       ->check(CLI::ExistingFile);
