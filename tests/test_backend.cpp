@@ -921,15 +921,6 @@ TEST_CASE("backend timing of the smoke and CIFAR reference nets", "[.bench]") {
   std::printf("relu backward [128,26,26,32] %.2f ms\n", rb);
 }
 
-TEST_CASE("cpu backend: executables linking it run with libgomp's passive wait policy unless the user chose one",
-          "[backend][cpu]") {
-  // backend.cpp re-executes the program once with OMP_WAIT_POLICY=passive (see its comment);
-  // a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept as it is.
-  const char* wp = std::getenv("OMP_WAIT_POLICY");
-  const char* sc = std::getenv("GOMP_SPINCOUNT");
-  REQUIRE((wp != nullptr || sc != nullptr));
-}
-
 TEST_CASE("backend max pooling, non-overlapping windows (the fast path): uncovered rows/columns, many channels",
           "[backend][cpu]") {
   auto t = GENERATE(DType::F32, DType::BF16);
