@@ -2,7 +2,8 @@
 // The trainer end to end on the CPU backend: the optimizer step through the
 // trainer, loss-scale overflow and underflow, bit-exact resume, checkpoint
 // mismatch, divergence with its run directory, interruption, eval and bench;
-// [e2e] (hidden: minutes on 2 CPU cores; run with "[e2e]"): one epoch of the smoke net on
+// [e2e] (hidden from the default run of this executable: minutes on 2 CPU cores; CTest runs it
+// as its own test, mnist_policies_e2e): one epoch of the smoke net on
 // real MNIST under the three policies.
 #include <catch2/catch.hpp>
 #include <unistd.h>
