@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "support/cli.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -27,59 +28,17 @@ namespace {
 
 // ---- helpers -------------------------------------------------------------------
 
-/// A fresh folder under $TMPDIR, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpx_cli_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string str() const { return path.string(); }
+using support::read_file;
+using support::Run;
+using support::run_mpx;
+using support::write_file;
+
+struct TempDir : support::TempDir {
+  TempDir() : support::TempDir("mpx_cli") {}
 };
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_text(const fs::path& p, const std::string& s) {
-  std::ofstream out(p);
-  out << s;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-/// Runs `mpx <args>` with `cwd` as working directory; stdout and stderr are captured.
-Run run_mpx(const std::string& args, const fs::path& cwd) {
-  const fs::path out = cwd / ".mpx_stdout", err = cwd / ".mpx_stderr";
-  const std::string cmd = "cd " + shell_quote(cwd.string()) + " && " + shell_quote(MPX_BINARY) + " " + args +
-                          " > " + shell_quote(out.string()) + " 2> " + shell_quote(err.string()) + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_text(out);
-  r.err = read_text(err);
-  UNSCOPED_INFO("mpx " << args << "\nexit " << r.code << "\n--- stdout ---\n" << r.out << "--- stderr ---\n" << r.err);
-  return r;
-}
+std::string read_text(const fs::path& p) { return read_file(p); }
+void write_text(const fs::path& p, const std::string& s) { write_file(p, s); }
 
 json read_json(const fs::path& p) {
   INFO("reading " << p);

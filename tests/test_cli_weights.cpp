@@ -21,62 +21,22 @@
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
 #include "train/weights.h"
+#include "support/cli.h"
 
 namespace fs = std::filesystem;
 using namespace mpx;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpx_weights_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+using support::Run;
+using support::run_mpx;
+
+struct TempDir : support::TempDir {
+  TempDir() : support::TempDir("mpx_weights") {}
 };
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_bytes(const fs::path& p, const std::string& s) {
-  std::ofstream out(p, std::ios::binary);
-  out << s;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-Run run_mpx(const std::string& args, const fs::path& cwd) {
-  const fs::path out = cwd / ".mpx_stdout", err = cwd / ".mpx_stderr";
-  const std::string cmd = "cd " + shell_quote(cwd.string()) + " && " + shell_quote(MPX_BINARY) + " " + args +
-                          " > " + shell_quote(out.string()) + " 2> " + shell_quote(err.string()) + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_bytes(out);
-  r.err = read_bytes(err);
-  UNSCOPED_INFO("mpx " << args << "\nexit " << r.code << "\n--- stdout ---\n" << r.out << "--- stderr ---\n" << r.err);
-  return r;
-}
+std::string read_bytes(const fs::path& p) { return support::read_file(p); }
+void write_bytes(const fs::path& p, const std::string& s) { support::write_file(p, s); }
 
 // A small net with every parameter kind: conv, batch_norm, a residual block with a projection, dense.
 const char* kConfig = R"(name: wt
