@@ -74,6 +74,13 @@ content() {
   if [[ "$1" == *.gz ]]; then gzip -dc -- "$1"; else cat -- "$1"; fi
 }
 
+# install_file TMP NAME SUFFIX: moves a verified TMP to $TARGET/NAME[SUFFIX], replacing
+# either form (raw or .gz) of NAME that was there.
+install_file() {
+  rm -f -- "$TARGET/$2" "$TARGET/$2.gz"
+  mv -- "$1" "$TARGET/$2$3"
+}
+
 # The first existing of NAME, NAME.gz under DIR ("" when neither).
 find_plain_or_gz() {
   local dir="$1" name="$2"

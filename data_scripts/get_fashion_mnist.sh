@@ -45,11 +45,6 @@ verified() {  # verified FILE NAME: prints why not
   fi
 }
 
-install_file() {  # install_file TMP NAME SUFFIX
-  rm -f -- "$TARGET/$2" "$TARGET/$2.gz"
-  mv -- "$1" "$TARGET/$2$3"
-}
-
 todo=()
 for name in "${NAMES[@]}"; do
   have=$(find_plain_or_gz "$TARGET" "$name")

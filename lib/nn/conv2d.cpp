@@ -10,14 +10,6 @@ namespace mpx::nn {
 
 namespace {
 
-// Keras/TF "same": output ceil(H/s); total pad max((out-1)*s + R - H, 0), the extra one at the bottom.
-void same_pad(int H, int R, int s, int& lo, int& hi) {
-  const int out = (H + s - 1) / s;
-  const int total = std::max((out - 1) * s + R - H, 0);
-  lo = total / 2;
-  hi = total - lo;
-}
-
 class Conv2d : public Layer {
  public:
   Conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last)

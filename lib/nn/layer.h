@@ -173,6 +173,15 @@ class Sequence {
 
 /// @brief Builds one layer from its config (shape checks, parameters, buffers).
 /// `is_last` is true for the top-level layer that produces the logits.
+/// Keras/TF "same" padding along one axis of size H for a window R and stride s:
+/// output ceil(H/s), total pad max((out-1)*s + R - H, 0), the extra one at the bottom/right.
+inline void same_pad(int H, int R, int s, int& lo, int& hi) {
+  const int out = (H + s - 1) / s;
+  const int total = std::max((out - 1) * s + R - H, 0);
+  lo = total / 2;
+  hi = total - lo;
+}
+
 std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType dtype,
                                   const std::string& inherited_dtype, int depth, bool is_last, bool need_dx);
 

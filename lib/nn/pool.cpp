@@ -10,13 +10,6 @@ namespace mpx::nn {
 
 namespace {
 
-void same_pad(int H, int R, int s, int& lo, int& hi) {
-  const int out = (H + s - 1) / s;
-  const int total = std::max((out - 1) * s + R - H, 0);
-  lo = total / 2;
-  hi = total - lo;
-}
-
 class Pool : public Layer {
  public:
   Pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth)
