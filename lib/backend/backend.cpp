@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -585,6 +587,119 @@ void Backend::optimizer_step(const OptimizerStep& s, const Tensor& master, const
   }
   if (master.numel() == 0) return;
   optimizer_step_impl(s, master, grads, state1, state2, compute_copy);
+}
+
+// ---- the step without host synchronisation -------------------------------------
+
+namespace {
+void require_step_state(const char* op, const Tensor& state) {
+  require_data(op, "state", state);
+  MPX_VALIDATE(state.bytes() >= sizeof(StepState), "{}: state {} must hold a StepState ({} bytes)", op,
+               state.str(), sizeof(StepState));
+  MPX_VALIDATE(reinterpret_cast<uintptr_t>(state.data) % 8 == 0, "{}: state must be 8-byte aligned", op);
+}
+void require_scalar_f32(const char* op, const char* name, const Tensor& t) {
+  require_f32(op, name, t);
+  MPX_VALIDATE(t.numel() == 1, "{}: {} {} must be float32 [1]", op, name, t.str());
+}
+}  // namespace
+
+void Backend::softmax_cross_entropy_scaled(const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                           double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                           const Tensor& dlogits) {
+  const char* op = "softmax_cross_entropy_scaled";
+  require_step_state(op, state);
+  MPX_VALIDATE(std::isfinite(weight) && weight > 0, "{}: weight {} must be positive and finite", op, weight);
+  // The shape checks of softmax_cross_entropy, with a grad_scale that is only known on the device.
+  require_f32(op, "logits", logits);
+  require_rank(op, "logits", logits, 2);
+  require_data(op, "labels", labels);
+  MPX_VALIDATE(labels.dtype == DType::I32, "{}: labels must be int32, got {}", op, labels.str());
+  MPX_VALIDATE(labels.numel() == logits.shape[0] && labels.shape.rank >= 1,
+               "{}: labels {} must have one entry per row of logits {}", op, labels.str(), logits.str());
+  MPX_VALIDATE(logits.shape[1] > 0, "{}: logits {} has no classes", op, logits.str());
+  require_scalar_f32(op, "loss_sum_out", loss_sum_out);
+  require_scalar_f32(op, "correct_out", correct_out);
+  require_f32(op, "dlogits", dlogits);
+  require_same_shape(op, "logits", logits, "dlogits", dlogits);
+  softmax_cross_entropy_scaled_impl(logits, labels, state, weight, loss_sum_out, correct_out, dlogits);
+}
+
+void Backend::unscale_and_check_state(const Tensor& grads, const Tensor& loss_sum, const Tensor& state, int world) {
+  const char* op = "unscale_and_check_state";
+  require_step_state(op, state);
+  require_scalar_f32(op, "loss_sum", loss_sum);
+  MPX_VALIDATE(world >= 1, "{}: world {} must be >= 1", op, world);
+  if (!grads.empty()) require_f32(op, "grads", grads);
+  unscale_and_check_state_impl(grads, loss_sum, state, world);
+}
+
+void Backend::optimizer_step_state(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                   const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                   const Tensor& state, const Tensor& lr_dev) {
+  const char* op = "optimizer_step_state";
+  require_step_state(op, state);
+  require_scalar_f32(op, "lr", lr_dev);
+  require_f32(op, "master", master);
+  require_f32(op, "grads", grads);
+  require_same_numel(op, "master", master, "grads", grads);
+  const bool sgd = s.kind == OptimizerStep::Kind::Sgd;
+  if (!sgd || s.momentum != 0.0f || !state1.empty()) {
+    MPX_VALIDATE(!state1.empty(), "{}: state1 is required ({})", op, sgd ? "SGD with momentum" : "Adam first moment");
+    require_f32(op, "state1", state1);
+    require_same_numel(op, "master", master, "state1", state1);
+  }
+  if (!sgd) {
+    MPX_VALIDATE(!state2.empty(), "{}: state2 (Adam second moment) is required", op);
+    require_f32(op, "state2", state2);
+    require_same_numel(op, "master", master, "state2", state2);
+  }
+  if (!compute_copy.empty()) {
+    MPX_VALIDATE(is_16bit(compute_copy.dtype), "{}: compute_copy must be 16-bit, got {}", op, compute_copy.str());
+    require_same_numel(op, "master", master, "compute_copy", compute_copy);
+  }
+  if (master.numel() == 0) return;
+  optimizer_step_state_impl(s, master, grads, state1, state2, compute_copy, state, lr_dev);
+}
+
+void Backend::loss_scale_update_state(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                                      const Tensor& correct, int64_t n) {
+  const char* op = "loss_scale_update_state";
+  require_step_state(op, state);
+  require_scalar_f32(op, "loss_sum", loss_sum);
+  require_scalar_f32(op, "correct", correct);
+  MPX_VALIDATE(n >= 0, "{}: n {} must be >= 0", op, n);
+  MPX_VALIDATE(rule.growth_interval >= 1 && rule.growth_factor >= 1.0 && rule.backoff_factor > 0.0 &&
+                   rule.backoff_factor <= 1.0 && rule.min_scale > 0.0,
+               "{}: invalid rule (growth_interval {}, growth_factor {}, backoff_factor {}, min_scale {})", op,
+               rule.growth_interval, rule.growth_factor, rule.backoff_factor, rule.min_scale);
+  loss_scale_update_state_impl(state, rule, loss_sum, correct, n);
+}
+
+void* Backend::staging(int slot, size_t bytes) {
+  MPX_VALIDATE(slot == 0 || slot == 1, "staging: slot {} must be 0 or 1", slot);
+  return staging_impl(slot, bytes);
+}
+
+void Backend::upload_staged(int slot, void* dst, size_t offset, size_t bytes) {
+  MPX_VALIDATE(slot == 0 || slot == 1, "upload_staged: slot {} must be 0 or 1", slot);
+  MPX_VALIDATE(dst != nullptr || bytes == 0, "upload_staged: null destination");
+  if (bytes == 0) return;
+  upload_staged_impl(slot, dst, offset, bytes);
+}
+
+void Backend::release_staged(int slot) {
+  MPX_VALIDATE(slot == 0 || slot == 1, "release_staged: slot {} must be 0 or 1", slot);
+  release_staged_impl(slot);
+}
+
+bool Backend::graph_begin_capture() { return supports_graphs() && graph_begin_capture_impl(); }
+
+int Backend::graph_end_capture() { return graph_end_capture_impl(); }
+
+void Backend::graph_launch(int id) {
+  MPX_VALIDATE(id >= 0, "graph_launch: no graph {}", id);
+  graph_launch_impl(id);
 }
 
 // ---- reductions --------------------------------------------------------------

@@ -80,6 +80,33 @@ struct OptimizerStep {
   int64_t t = 1;
 };
 
+/// Device-resident bookkeeping of the training step (see Backend::loss_scale_update_state).
+/// Plain data, the same layout on every backend; read back with Backend::download.
+struct StepState {
+  double scale = 1.0;               // loss scale S of the next step
+  int64_t good_steps = 0;           // LossScalerState fields, same meaning
+  int64_t skipped_total = 0;
+  int64_t consecutive_skips = 0;
+  int64_t applied_total = 0;        // updates applied so far (Adam t of the next = this + 1)
+  int32_t finite = 1;               // verdict of the last unscale_and_check_state
+  int32_t last_skip_reason = 0;     // SkipReason (2 nonfinite_loss, 3 backward_overflow)
+  int32_t bad = 0;                  // scratch flag of unscale_and_check_state
+  int32_t pad = 0;
+  // The log window, reset by the host after each read.
+  double loss_sum = 0, correct = 0; // over steps whose loss was finite
+  int64_t counted = 0;              // records of those steps
+  int64_t steps = 0, skipped = 0, nonfinite_loss_steps = 0;
+  int64_t max_consecutive_skips = 0;  // largest run of consecutive skips in the window
+};
+static_assert(sizeof(StepState) == 112, "StepState layout is shared with device code");
+
+/// The loss-scaler rule for loss_scale_update_state (LossScaler, Keras 2).
+struct LossScaleRule {
+  enum class Mode : uint8_t { None, Fixed, Dynamic } mode = Mode::Dynamic;
+  int64_t growth_interval = 2000;
+  double growth_factor = 2.0, backoff_factor = 0.5, min_scale = 1.0;
+};
+
 /// Statistics of one tensor, for check_numerics and `mpx inspect`.
 struct TensorStats {
   double min = 0, max = 0, mean_abs = 0;  // over finite values
@@ -231,6 +258,55 @@ class Backend {
   /// min/max/mean|x|/inf/nan/zero counts of any float tensor (synchronous).
   TensorStats stats(const Tensor& x);
 
+  // ---- the step without host synchronisation (DESIGN.md "One training step") ----
+  // The loss scale, the finiteness verdict, Adam's t and the metrics of the log window
+  // live in a StepState in device memory; the host reads it back (download) only every
+  // log_every steps. Each op below is the twin of the host-driven op named in its
+  // comment and gives bit-identical results on the same backend.
+
+  /// Like softmax_cross_entropy with grad_scale = float(state.scale * weight).
+  void softmax_cross_entropy_scaled(const Tensor& logits, const Tensor& labels, const Tensor& state, double weight,
+                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+  /// Like unscale_and_check with inv_scale = float(1.0 / (state.scale * world)); the verdict
+  /// goes to state.finite (1 when loss_sum [float32 1] and every gradient are finite).
+  void unscale_and_check_state(const Tensor& grads, const Tensor& loss_sum, const Tensor& state, int world);
+  /// Like optimizer_step with lr = *lr_dev (float32 [1] device tensor) and t = state.applied_total + 1
+  /// (s.lr and s.t are ignored); does nothing when state.finite is 0.
+  void optimizer_step_state(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
+                            const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
+                            const Tensor& lr_dev);
+  /// The loss-scaler update of one step (train/loss_scaler.cpp, LossScaler::update, on the
+  /// device) from state.finite, then the window sums: loss_sum/correct (float32 [1]) of a step
+  /// with a finite loss, and `n` records.
+  void loss_scale_update_state(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                               const Tensor& correct, int64_t n);
+
+  // ---- double-buffered input upload ----------------------------------------
+  // CUDA: page-locked staging memory, a copy stream and events, so that the upload of the
+  // next batch overlaps this step and the GPU never waits for the host. CPU: plain host
+  // memory and memcpy. `slot` is 0 or 1.
+
+  /// Host staging memory of slot (at least `bytes`, allocated at the first call), safe to
+  /// write: waits until the previous upload from this slot has finished.
+  void* staging(int slot, size_t bytes);
+  /// Queues the copy of `bytes` from staging(slot) + offset into device memory `dst`; it
+  /// starts once the compute work queued before the last release_staged(slot) is done, and
+  /// compute work queued after this call waits for it.
+  void upload_staged(int slot, void* dst, size_t offset, size_t bytes);
+  /// Marks the compute work queued so far as the last reader of slot's device buffers.
+  void release_staged(int slot);
+
+  // ---- graphs ------------------------------------------------------------------
+  /// CUDA: starts capturing the ops queued from now on into a CUDA graph and returns true;
+  /// backends without graphs return false and the caller runs the ops as usual.
+  bool graph_begin_capture();
+  /// Ends the capture; returns the graph's id for graph_launch.
+  int graph_end_capture();
+  /// Replays graph `id` (the captured ops, on the same buffers).
+  void graph_launch(int id);
+  /// Whether graph_begin_capture can work here (CUDA without MPX_CUDA_SYNC_DEBUG).
+  virtual bool supports_graphs() const { return false; }
+
  protected:
   /// Accounting hook for implementations' allocations.
   void note_alloc(size_t bytes);
@@ -290,6 +366,22 @@ class Backend {
   virtual void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
                                    const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) = 0;
   virtual TensorStats stats_impl(const Tensor& x) = 0;
+  virtual void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                                 double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                                 const Tensor& dlogits) = 0;
+  virtual void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
+                                            int world) = 0;
+  virtual void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                         const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                         const Tensor& state, const Tensor& lr_dev) = 0;
+  virtual void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                                            const Tensor& correct, int64_t n) = 0;
+  virtual void* staging_impl(int slot, size_t bytes) = 0;
+  virtual void upload_staged_impl(int slot, void* dst, size_t offset, size_t bytes) = 0;
+  virtual void release_staged_impl(int slot) = 0;
+  virtual bool graph_begin_capture_impl() { return false; }
+  virtual int graph_end_capture_impl() { return -1; }
+  virtual void graph_launch_impl(int /*id*/) {}
 
   MemoryStats mem_;
 };

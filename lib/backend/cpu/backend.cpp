@@ -5,7 +5,9 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <vector>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,8 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
+#include "backend/step_state.h"
+#include "core/error.h"
 #include "backend/cpu/ops.h"
 #include "core/half.h"
 
@@ -254,6 +258,52 @@ class CpuBackend final : public Backend {
     return cpu::stats(x);
   }
 
+  // The step without host synchronisation: on the CPU the StepState is host memory, and each
+  // op is its host-driven twin with the scale, verdict, lr and t read from there.
+  void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                         double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                         const Tensor& dlogits) override {
+    MPX_OP_TIMER("softmax_cross_entropy");
+    cpu::softmax_cross_entropy(logits, labels, step_grad_scale(*state.as<const StepState>(), weight), loss_sum_out,
+                               correct_out, dlogits);
+  }
+  void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
+                                    int world) override {
+    MPX_OP_TIMER("unscale_and_check");
+    StepState& st = *state.as<StepState>();
+    bool ok = step_isfinite(*loss_sum.as<const float>());
+    if (!grads.empty() && grads.numel() > 0) ok = cpu::unscale_and_check(grads, step_inv_scale(st, world)) && ok;
+    st.finite = ok ? 1 : 0;
+  }
+  void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                 const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                 const Tensor& state, const Tensor& lr_dev) override {
+    MPX_OP_TIMER("optimizer_step");
+    const StepState& st = *state.as<const StepState>();
+    if (!st.finite) return;
+    OptimizerStep u = s;
+    u.lr = *lr_dev.as<const float>();
+    u.t = st.applied_total + 1;
+    cpu::optimizer_step(u, master, grads, state1, state2, compute_copy);
+  }
+  void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                                    const Tensor& correct, int64_t n) override {
+    step_state_update(*state.as<StepState>(), rule, *loss_sum.as<const float>(), *correct.as<const float>(), n);
+  }
+  void* staging_impl(int slot, size_t bytes) override {
+    auto& b = staging_[static_cast<size_t>(slot)];
+    if (b.size() < bytes) b.resize(bytes);
+    return b.data();
+  }
+  void upload_staged_impl(int slot, void* dst, size_t offset, size_t bytes) override {
+    const auto& b = staging_[static_cast<size_t>(slot)];
+    MPX_CHECK_MSG(offset + bytes <= b.size(), fmt::format("upload_staged: {} bytes at offset {} exceed staging slot {} ({} bytes)",
+                                                          bytes, offset, slot, b.size()));
+    std::memcpy(dst, b.data() + offset, bytes);
+  }
+  void release_staged_impl(int /*slot*/) override {}
+
+  std::array<std::vector<unsigned char>, 2> staging_;
   OpTimes times_;  // before ctx_: printed after the Context is gone
   Context ctx_;
 };
