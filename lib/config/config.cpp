@@ -530,6 +530,8 @@ void read_train(const Reader& r, const MapView& m, TrainConfig& c) {
   with(m, "checkpoint_every",
        [&](const YNode& n, const std::string& p) { c.checkpoint_every = r.as_int(n, p, 1, kI64Max); });
   with(m, "max_steps", [&](const YNode& n, const std::string& p) { c.max_steps = r.as_int(n, p, 0, kI64Max); });
+  with(m, "sync", [&](const YNode& n, const std::string& p) { c.sync = r.as_enum(n, p, {"auto", "step", "log"}); });
+  with(m, "cuda_graph", [&](const YNode& n, const std::string& p) { c.cuda_graph = r.as_bool(n, p); });
 }
 
 std::string read_device(const Reader& r, const YNode& n, const std::string& p) {
@@ -593,7 +595,8 @@ Config build(const YNode& root, const std::string& source) {
                 c.schedule);
   read_train(r,
              r.section(m.get("train"), "train", "the train section",
-                       {"epochs", "log_every", "eval_every", "eval_policy", "checkpoint_every", "max_steps"},
+                       {"epochs", "log_every", "eval_every", "eval_policy", "checkpoint_every", "max_steps", "sync",
+                        "cuda_graph"},
                        root.origin),
              c.train);
   const MapView dm = r.section(m.get("debug"), "debug", "the debug section", {"check_numerics"}, root.origin);

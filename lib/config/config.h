@@ -118,6 +118,13 @@ struct TrainConfig {
   std::string eval_policy = "same";  // same | float32
   int64_t checkpoint_every = 1;
   int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
+  /// When the host reads the step's loss and finiteness verdict: "step" (every step: per-step
+  /// skip diagnostics), "log" (the loss scale, verdicts and metrics stay on the device and are
+  /// read every log_every steps: no host synchronisation in the step), "auto" (log on a GPU
+  /// with one rank, else step).
+  std::string sync = "auto";
+  /// Capture the steady-state step (full batches, sync "log") as a CUDA graph and replay it.
+  bool cuda_graph = true;
 };
 
 struct DebugConfig {

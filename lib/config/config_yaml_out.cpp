@@ -181,6 +181,8 @@ std::string to_yaml(const Config& c) {
   kv(out, "eval_policy", t.eval_policy);
   kv(out, "checkpoint_every", t.checkpoint_every);
   kv(out, "max_steps", t.max_steps);
+  kv(out, "sync", t.sync);
+  kv(out, "cuda_graph", t.cuda_graph);
   out << YAML::EndMap;
 
   out << YAML::Key << "debug" << YAML::Value << YAML::BeginMap;

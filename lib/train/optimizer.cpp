@@ -53,6 +53,11 @@ void Optimizer::step(const Tensor& master, const Tensor& grads, const Tensor& co
   ++applied_;
 }
 
+void Optimizer::step_on_device(const Tensor& master, const Tensor& grads, const Tensor& compute_copy,
+                               const Tensor& step_state, const Tensor& lr) {
+  backend_.optimizer_step_state(step_params(0.0, 1), master, grads, state1_, state2_, compute_copy, step_state, lr);
+}
+
 std::vector<float> Optimizer::download_state1() const {
   if (state1_.empty()) return {};
   std::vector<float> v(static_cast<size_t>(state1_.numel()));

@@ -26,6 +26,12 @@ class Optimizer {
    */
   void step(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, double lr);
 
+  /// The same update queued with everything read on the device (train.sync "log"): lr from
+  /// `lr` (float32 [1]), t from `step_state` (StepState), skipped when its verdict is
+  /// non-finite. applied_updates() is brought up to date by the caller (set_applied_updates).
+  void step_on_device(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, const Tensor& step_state,
+                      const Tensor& lr);
+
   /// Updates applied so far (skipped steps excluded).
   int64_t applied_updates() const { return applied_; }
   void set_applied_updates(int64_t n) { applied_ = n; }

@@ -11,10 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -175,14 +177,25 @@ struct EvalStats {
 };
 
 /// One step's outcome; with several ranks the sums and `n` are over all ranks (the global batch).
+/// With train.sync "log" a step returns `pending` (n only) and Engine::flush() returns the
+/// sums of every step since the previous flush.
 struct StepOutcome {
   bool applied = false;
   bool loss_finite = true;
   SkipReason reason = SkipReason::None;
-  double loss_sum = 0, correct = 0;
-  int64_t n = 0;
+  double loss_sum = 0, correct = 0;  // over the steps whose loss was finite
+  int64_t n = 0;                     // records stepped over
+  int64_t counted = 0;               // records of the steps whose loss was finite
+  int64_t skipped = 0;               // steps skipped
+  bool pending = false;              // sync "log": the sums come with the next flush()
   bool stop = false;  // a rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
 };
+
+bool has_dropout(const std::vector<LayerConfig>& layers) {
+  for (const LayerConfig& l : layers)
+    if (l.type == "dropout" || has_dropout(l.layers)) return true;
+  return false;
+}
 
 /// Input/label/loss buffers of one batch, planned once.
 struct BatchBuffers {
@@ -270,7 +283,16 @@ class Engine {
         host_grads_(be.info().name == "cpu"),
         // Dropout masks differ between ranks (rank 0 keeps the single-process masks).
         dropout_seed_(rank_ > 0 ? mix64(cfg.seed + static_cast<uint64_t>(rank_)) : cfg.seed),
-        inject_step_(inject_inf_step(rank_)) {}
+        inject_step_(inject_inf_step(rank_)) {
+    setup_sync(mode);
+  }
+
+  /// How the step synchronises, for the start-up log.
+  const std::string& sync_description() const { return sync_what_; }
+  /// train.sync "log": steps queue work only; flush() reads the results.
+  bool deferred() const { return deferred_; }
+  /// Steps queued since the last flush().
+  bool pending() const { return window_first_ >= 0; }
 
   int world_size() const { return world_; }
   /// How the gradient arena is all-reduced ("" with one rank).
@@ -289,6 +311,7 @@ class Engine {
   /// ranks `n` is this rank's shard of a global batch of `global_n` records (n may be 0).
   StepOutcome step(const uint8_t* images, const int32_t* labels, int64_t n, int64_t global_n, double lr,
                    int64_t global_step) {
+    if (deferred_) return step_deferred(images, labels, n, lr, global_step);
     StepOutcome o;
     o.n = n;
     const double S = scaler_.scale();
@@ -383,6 +406,59 @@ class Engine {
       spdlog::info("step {}: skipped ({}), loss scale {} -> {}", global_step, skip_reason_name(o.reason),
                    format_scale(before), format_scale(scaler_.scale()));
     }
+    o.skipped = o.applied ? 0 : 1;
+    o.counted = o.loss_finite ? o.n : 0;
+    return o;
+  }
+
+  /**
+   * @brief Reads the device StepState back (one synchronisation): the sums of the steps since
+   * the last flush, and the loss scale, skip counters and applied updates into the host
+   * LossScaler and Optimizer (checkpoints, logs). Throws DivergedError where the host path
+   * would have (a non-finite loss under float32, max_consecutive_skips), up to log_every
+   * steps later. Without pending steps returns an empty outcome.
+   */
+  StepOutcome flush() {
+    StepOutcome o;
+    if (!pending()) return o;
+    StepState st;
+    be_.download(&st, state_tensor());
+    o.n = window_images_;
+    o.counted = st.counted;
+    o.loss_sum = st.loss_sum;
+    o.correct = st.correct;
+    o.skipped = st.skipped;
+    o.applied = st.skipped == 0;
+    o.loss_finite = st.nonfinite_loss_steps == 0;
+    LossScalerState hs = scaler_.state();
+    hs.scale = st.scale;
+    hs.good_steps = st.good_steps;
+    hs.skipped_total = st.skipped_total;
+    hs.consecutive_skips = st.consecutive_skips;
+    if (st.skipped > 0) hs.last_skip_reason = static_cast<SkipReason>(st.last_skip_reason);
+    scaler_.set_state(hs);
+    opt_.set_applied_updates(st.applied_total);
+    const int64_t first = window_first_, last = window_first_ + st.steps - 1;
+    const int64_t nonfinite = st.nonfinite_loss_steps, max_run = st.max_consecutive_skips;
+    st.loss_sum = st.correct = 0;
+    st.counted = st.steps = st.skipped = st.nonfinite_loss_steps = st.max_consecutive_skips = 0;
+    be_.upload(state_tensor(), &st);
+    window_first_ = -1;
+    window_images_ = 0;
+    if (o.skipped > 0)
+      spdlog::info("steps {}..{}: {} skipped (last reason {}), loss scale now {}", first, last, o.skipped,
+                   skip_reason_name(hs.last_skip_reason), format_scale(hs.scale));
+    if (nonfinite > 0 && policy_ == Policy::Float32)
+      throw DivergedError(fmt::format(
+          "training diverged: the loss was non-finite at {} of the steps {}..{} under policy float32 (train.sync "
+          "log reads the loss every log_every steps; train.sync: step stops at the first such step and names the "
+          "first non-finite layer). {}",
+          nonfinite, first, last, kTryText));
+    const int64_t max_skips = cfg_.loss_scale.max_consecutive_skips;
+    if (max_skips > 0 && max_run >= max_skips)
+      throw DivergedError(fmt::format(
+          "training diverged: {} consecutive steps were skipped (in steps {}..{}; last reason: {}, loss scale {}). {}",
+          max_run, first, last, skip_reason_name(hs.last_skip_reason), format_scale(hs.scale), kTryText));
     return o;
   }
 
@@ -401,6 +477,147 @@ class Engine {
   uint64_t dropout_seed_;
   int64_t inject_step_;
   std::vector<float> staging_;  // GPU gradients through host memory when there is no NCCL
+
+  // ---- train.sync "log": the step without host synchronisation --------------------------
+  bool deferred_ = false;
+  bool use_graphs_ = false;
+  std::string sync_what_;
+  LossScaleRule rule_;
+  Buffer state_buf_;            // StepState
+  std::array<Buffer, 2> in_;    // per upload slot: images | labels | learning rate
+  size_t lab_off_ = 0, lr_off_ = 0, in_bytes_ = 0;
+  int slot_ = 0;
+  std::array<int, 2> graph_{{-1, -1}};   // captured step of each slot
+  std::array<int64_t, 2> warm_{{0, 0}};  // uncaptured full-batch steps run on each slot
+  bool state_pushed_ = false;
+  int64_t window_first_ = -1;   // first global step since the last flush (-1: none)
+  int64_t window_images_ = 0;
+
+  Tensor state_tensor() const { return Tensor(state_buf_.data(), DType::U8, Shape{int64_t(sizeof(StepState))}); }
+  Tensor in_images(int s, int64_t n) const {
+    return Tensor(in_[static_cast<size_t>(s)].data(), DType::U8, Shape{n, bb_.H, bb_.W, bb_.C});
+  }
+  Tensor in_labels(int s, int64_t n) const {
+    return Tensor(static_cast<char*>(in_[static_cast<size_t>(s)].data()) + lab_off_, DType::I32, Shape{n});
+  }
+  Tensor in_lr(int s) const {
+    return Tensor(static_cast<char*>(in_[static_cast<size_t>(s)].data()) + lr_off_, DType::F32, Shape{1});
+  }
+
+  void setup_sync(LossScaleMode mode) {
+    const std::string& want = cfg_.train.sync;
+    const bool gpu = be_.info().name != "cpu";
+    std::string why;
+    if (want == "step") {
+      why = "train.sync: step";
+    } else if (world_ > 1) {
+      why = "data parallel: the ranks share their verdicts on the host";
+    } else if (cfg_.debug.check_numerics) {
+      why = "debug.check_numerics scans every layer on the host";
+    } else if (want == "auto" && !gpu) {
+      why = "train.sync: auto on the CPU";
+    } else {
+      deferred_ = true;
+    }
+    if (!deferred_) {
+      if (want == "log") spdlog::warn("train.sync: log is not possible here ({}); the step reads back every step", why);
+      sync_what_ = fmt::format("the step reads its loss and verdict back every step ({})", why);
+      return;
+    }
+    rule_.mode = mode == LossScaleMode::Dynamic ? LossScaleRule::Mode::Dynamic
+                 : mode == LossScaleMode::Fixed ? LossScaleRule::Mode::Fixed
+                                                : LossScaleRule::Mode::None;
+    rule_.growth_interval = cfg_.loss_scale.growth_interval;
+    rule_.growth_factor = cfg_.loss_scale.growth_factor;
+    rule_.backoff_factor = cfg_.loss_scale.backoff_factor;
+    rule_.min_scale = cfg_.loss_scale.min_scale;
+    state_buf_ = be_.alloc(sizeof(StepState), "step state");
+    const auto align = [](size_t v) { return (v + 255) / 256 * 256; };
+    const size_t B = static_cast<size_t>(bb_.max_batch);
+    lab_off_ = align(B * static_cast<size_t>(bb_.H * bb_.W * bb_.C));
+    lr_off_ = lab_off_ + align(B * 4);
+    in_bytes_ = lr_off_ + 256;
+    for (auto& b : in_) b = be_.alloc(in_bytes_, "input batch (double buffer)");
+    std::string graph_why;
+    if (!cfg_.train.cuda_graph) graph_why = "train.cuda_graph: false";
+    else if (!be_.supports_graphs()) graph_why = gpu ? "MPX_CUDA_SYNC_DEBUG" : "no graphs on the CPU";
+    else if (has_dropout(cfg_.model.layers)) graph_why = "dropout masks change every step";
+    else if (inject_step_ >= 0) graph_why = "MPX_DEBUG_INJECT_INF";
+    use_graphs_ = graph_why.empty();
+    sync_what_ = fmt::format(
+        "the loss scale, verdicts and metrics stay on the device and are read every {} steps; double-buffered "
+        "input upload; {}",
+        std::max<int64_t>(1, cfg_.train.log_every),
+        use_graphs_ ? "the full-batch step is replayed as a CUDA graph" : "no CUDA graph (" + graph_why + ")");
+  }
+
+  /// The host LossScaler and Optimizer counters into the device StepState.
+  void push_state() {
+    StepState st;
+    const LossScalerState& hs = scaler_.state();
+    st.scale = hs.scale;
+    st.good_steps = hs.good_steps;
+    st.skipped_total = hs.skipped_total;
+    st.consecutive_skips = hs.consecutive_skips;
+    st.applied_total = opt_.applied_updates();
+    st.last_skip_reason = static_cast<int32_t>(hs.last_skip_reason);
+    be_.upload(state_tensor(), &st);
+    state_pushed_ = true;
+  }
+
+  /// The ops of one step of sync "log", reading its inputs from upload slot s.
+  void queue_step(int s, int64_t n, int64_t global_step) {
+    const Tensor dl = bb_.dl(n);
+    const Tensor logits = model_.forward(in_images(s, n), true, dropout_seed_, static_cast<uint64_t>(global_step));
+    be_.softmax_cross_entropy_scaled(logits, in_labels(s, n), state_tensor(), 1.0, bb_.loss(), bb_.correct(), dl);
+    model_.backward(dl);
+    const bool params = model_.num_params() > 0;
+    if (global_step == inject_step_ && params) {
+      spdlog::warn("MPX_DEBUG_INJECT_INF: writing inf into the gradients at step {}", global_step);
+      be_.fill(model_.grads().flat_view(0, Shape{1}), std::numeric_limits<float>::infinity());
+    }
+    be_.unscale_and_check_state(params ? model_.grads() : Tensor(), bb_.loss(), state_tensor(), 1);
+    if (params) opt_.step_on_device(model_.master(), model_.grads(), model_.compute_copy(), state_tensor(), in_lr(s));
+    be_.loss_scale_update_state(state_tensor(), rule_, bb_.loss(), bb_.correct(), n);
+  }
+
+  StepOutcome step_deferred(const uint8_t* images, const int32_t* labels, int64_t n, double lr, int64_t global_step) {
+    StepOutcome o;
+    o.n = n;
+    o.pending = true;
+    if (n <= 0) return o;
+    if (!state_pushed_) push_state();
+    const int s = slot_;
+    slot_ ^= 1;
+    const size_t img_bytes = static_cast<size_t>(n) * static_cast<size_t>(bb_.H * bb_.W * bb_.C);
+    auto* stage = static_cast<unsigned char*>(be_.staging(s, in_bytes_));
+    std::memcpy(stage, images, img_bytes);
+    std::memcpy(stage + lab_off_, labels, static_cast<size_t>(n) * 4);
+    const float lrf = static_cast<float>(lr);
+    std::memcpy(stage + lr_off_, &lrf, 4);
+    auto* dev = static_cast<unsigned char*>(in_[static_cast<size_t>(s)].data());
+    be_.upload_staged(s, dev, 0, img_bytes);
+    be_.upload_staged(s, dev + lab_off_, lab_off_, static_cast<size_t>(n) * 4);
+    be_.upload_staged(s, dev + lr_off_, lr_off_, 4);
+    if (window_first_ < 0) window_first_ = global_step;
+    window_images_ += n;
+    const size_t si = static_cast<size_t>(s);
+    const bool full = n == bb_.max_batch;
+    if (use_graphs_ && full && graph_[si] >= 0) {
+      be_.graph_launch(graph_[si]);
+    } else if (use_graphs_ && full && warm_[si] > 0 && be_.graph_begin_capture()) {
+      // Plans, algorithms and scratch were set up by the uncaptured steps of this slot.
+      queue_step(s, n, global_step);
+      graph_[si] = be_.graph_end_capture();
+      be_.graph_launch(graph_[si]);
+      spdlog::debug("captured the training step of upload slot {} as a CUDA graph (step {})", s, global_step);
+    } else {
+      queue_step(s, n, global_step);
+      if (full) ++warm_[si];
+    }
+    be_.release_staged(s);
+    return o;
+  }
 
   /// The one all-reduce (sum) of the flat gradient arena per step.
   void reduce_grads() {
@@ -749,6 +966,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                    "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
                    "are checkpointed); test evaluation sharded over the ranks",
                    local_batch, cfg.data.batch_size, engine->reduce_path(), model.num_params() * 4);
+    spdlog::info("step: {}", engine->sync_description());
     spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {} B, grads {} B, compute copy {} B, "
                  "optimizer state {} B, activations {} B",
                  cfg.optimizer.name, base_lr, cfg.schedule.name, result.memory.master_bytes,
@@ -838,21 +1056,34 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
           result.steps = global_step + 1;  // the step ran (and was the last straw)
           throw;
         }
-        const double dt = seconds_since(t_step);
-        epoch_train_seconds += dt;
-        run_train_seconds += dt;
         ++global_step;
         epoch_images += o.n;
         run_images += o.n;
         win_images += o.n;
-        if (!o.applied) ++ep_skipped;
-        if (o.loss_finite) {
-          ep_loss_sum += o.loss_sum;
-          ep_correct += static_cast<int64_t>(std::lround(o.correct));
-          ep_count += o.n;
-          win_loss += o.loss_sum;
-          win_correct += o.correct;
-          win_count += o.n;
+        // train.sync "log": the results of the steps since the last read come at log lines, at
+        // the end of the epoch and when stopping (the read waits for the device).
+        if (o.pending && (global_step % log_every == 0 || loader.position() >= steps_per_epoch ||
+                          stop_requested().load() || (max_steps > 0 && global_step >= max_steps))) {
+          try {
+            o = engine->flush();
+          } catch (const DivergedError&) {
+            result.steps = global_step;
+            throw;
+          }
+        }
+        const double dt = seconds_since(t_step);
+        epoch_train_seconds += dt;
+        run_train_seconds += dt;
+        if (!o.pending) {
+          ep_skipped += o.skipped;
+          if (o.counted > 0) {
+            ep_loss_sum += o.loss_sum;
+            ep_correct += static_cast<int64_t>(std::llround(o.correct));
+            ep_count += o.counted;
+            win_loss += o.loss_sum;
+            win_correct += o.correct;
+            win_count += o.counted;
+          }
         }
         result.steps = global_step;
         result.skipped_steps = scaler.state().skipped_total;
@@ -916,6 +1147,15 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         }
       }
       progress.clear();
+      if (engine->pending()) {  // not expected (every way out of the loop reads back), but never lose steps
+        const StepOutcome f = engine->flush();
+        ep_skipped += f.skipped;
+        if (f.counted > 0) {
+          ep_loss_sum += f.loss_sum;
+          ep_correct += static_cast<int64_t>(std::llround(f.correct));
+          ep_count += f.counted;
+        }
+      }
 
       const bool epoch_done = loader.position() >= steps_per_epoch;
       const double train_loss = ep_count ? ep_loss_sum / static_cast<double>(ep_count) : std::nan("");
@@ -1070,6 +1310,14 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
     }
   }
 
+  if (engine && engine->pending()) {
+    // Steps queued under train.sync "log" when a failure ended the loop: their counters still count.
+    try {
+      engine->flush();
+    } catch (const std::exception& e) {
+      spdlog::debug("reading the last steps back: {}", e.what());
+    }
+  }
   if (engine) {
     result.skipped_steps = engine->scaler().state().skipped_total;
     result.final_loss_scale = engine->scaler().scale();
@@ -1201,6 +1449,7 @@ BenchResult bench(const Config& cfg_in, int64_t steps, int64_t warmup) {
     const auto t = Clock::now();
     engine.step(x, y, n, n, lr, i);
     be.synchronize();
+    if (engine.pending() && (i + 1) % std::max<int64_t>(1, cfg.train.log_every) == 0) engine.flush();
     const double dt = seconds_since(t) * 1e3;
     if (i >= warmup) {
       ms.push_back(dt);
