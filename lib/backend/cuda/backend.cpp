@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/ops.h"
 
@@ -14,11 +16,17 @@ namespace mpx {
 namespace cuda {
 
 CudaBackend::CudaBackend(int device)
-    : ctx_(std::make_unique<Context>(device, [this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); })) {
+    : ctx_(std::make_unique<Context>(device, [this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); })),
+      staging_(std::make_unique<Staging>(device)) {
   refresh_device_memory();
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  // The staging buffers go first (their destructor waits for the copy stream), then the
+  // Context (it waits for the compute stream, then frees graphs, plans and scratch).
+  staging_.reset();
+  ctx_.reset();
+}
 
 DeviceInfo CudaBackend::info() const {
   const cudaDeviceProp& prop = ctx_->prop();
@@ -49,7 +57,22 @@ bool CudaBackend::supports(Op op, DType t) const {
   }
 }
 
-void CudaBackend::synchronize() { MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream())); }
+void CudaBackend::synchronize() {
+  not_in_capture("synchronize");
+  MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
+}
+
+bool CudaBackend::supports_graphs() const {
+#if MPX_CUDA_SYNC_DEBUG
+  return false;
+#else
+  return true;
+#endif
+}
+
+void CudaBackend::not_in_capture(const char* what) {
+  if (ctx_->capturing()) ctx_->fail_in_capture(std::string(what) + " (it allocates, synchronizes or reads back)");
+}
 
 void CudaBackend::refresh_device_memory() {
   size_t free = 0, total = 0;
@@ -68,6 +91,7 @@ void CudaBackend::after_op(const char* op) {
 }
 
 void* CudaBackend::alloc_impl(size_t bytes) {
+  not_in_capture("alloc");
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
   if (e == cudaErrorMemoryAllocation) {
@@ -80,7 +104,7 @@ void* CudaBackend::alloc_impl(size_t bytes) {
 }
 
 void CudaBackend::free_impl(void* p) {
-  // Called from Buffer's destructor: log, never throw.
+  // Called from Buffer's destructor: log, never throw (a free during a capture fails the capture).
   const cudaError_t e = cudaFree(p);
   if (e != cudaSuccess) spdlog::error("CUDA: cudaFree failed on cuda:{}: {}", ctx_->device(), cudaGetErrorString(e));
   refresh_device_memory();
@@ -88,6 +112,7 @@ void CudaBackend::free_impl(void* p) {
 
 void CudaBackend::upload_impl(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  not_in_capture("upload");
   MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_->stream()));
   // From pageable memory the call returns once the source is staged; from pinned memory the
   // copy is truly asynchronous, so wait for it before the caller may reuse its buffer.
@@ -100,6 +125,7 @@ void CudaBackend::upload_impl(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::download_impl(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  not_in_capture("download");
   MPX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream()));
   MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
 }
@@ -214,6 +240,7 @@ void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, fl
   after_op("dropout_backward");
 }
 bool CudaBackend::unscale_and_check_impl(const Tensor& grads, float inv_scale) {
+  not_in_capture("unscale_and_check (use unscale_and_check_state)");
   return cuda::unscale_and_check(*ctx_, grads, inv_scale);  // synchronous (one 4-byte read back)
 }
 void CudaBackend::optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
@@ -221,7 +248,63 @@ void CudaBackend::optimizer_step_impl(const OptimizerStep& s, const Tensor& mast
   cuda::optimizer_step(*ctx_, s, master, grads, state1, state2, compute_copy);
   after_op("optimizer_step");
 }
-TensorStats CudaBackend::stats_impl(const Tensor& x) { return cuda::stats(*ctx_, x); }
+TensorStats CudaBackend::stats_impl(const Tensor& x) {
+  not_in_capture("stats");
+  return cuda::stats(*ctx_, x);
+}
+
+// ---- the step without host synchronisation ------------------------------------------
+// No op here reads back or waits for the host; each can be captured into a graph.
+
+void CudaBackend::softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                                    double weight, const Tensor& loss_sum_out,
+                                                    const Tensor& correct_out, const Tensor& dlogits) {
+  cuda::softmax_cross_entropy_scaled(*ctx_, logits, labels, state, weight, loss_sum_out, correct_out, dlogits);
+  after_op("softmax_cross_entropy_scaled");
+}
+void CudaBackend::unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
+                                               int world) {
+  cuda::unscale_and_check_state(*ctx_, grads, loss_sum, state, world);
+  after_op("unscale_and_check_state");
+}
+void CudaBackend::optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                            const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                            const Tensor& state, const Tensor& lr_dev) {
+  cuda::optimizer_step_state(*ctx_, s, master, grads, state1, state2, compute_copy, state, lr_dev);
+  after_op("optimizer_step_state");
+}
+void CudaBackend::loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule,
+                                               const Tensor& loss_sum, const Tensor& correct, int64_t n) {
+  cuda::loss_scale_update_state(*ctx_, state, rule, loss_sum, correct, n);
+  after_op("loss_scale_update_state");
+}
+
+// ---- double-buffered input upload (staging.h) ----------------------------------------
+
+void* CudaBackend::staging_impl(int slot, size_t bytes) {
+  not_in_capture("staging");
+  return staging_->host(slot, bytes);
+}
+void CudaBackend::upload_staged_impl(int slot, void* dst, size_t offset, size_t bytes) {
+  not_in_capture("upload_staged");
+  staging_->upload(slot, dst, offset, bytes, ctx_->stream());
+  after_op("upload_staged");
+}
+void CudaBackend::release_staged_impl(int slot) {
+  staging_->release(slot, ctx_->stream(), ctx_->capturing());
+}
+
+// ---- graphs (context.cpp) -------------------------------------------------------------
+
+bool CudaBackend::graph_begin_capture_impl() {
+  ctx_->begin_capture();
+  return true;
+}
+int CudaBackend::graph_end_capture_impl() { return ctx_->end_capture(); }
+void CudaBackend::graph_launch_impl(int id) {
+  ctx_->launch_graph(id);
+  after_op("graph_launch");
+}
 
 }  // namespace cuda
 

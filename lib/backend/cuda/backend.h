@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/context.h"
+#include "backend/cuda/staging.h"
 
 namespace mpx::cuda {
 
@@ -19,12 +20,16 @@ class CudaBackend final : public Backend {
   DeviceInfo info() const override;
   bool supports(Op op, DType t) const override;
   void synchronize() override;
+  /// CUDA graphs, except with MPX_CUDA_SYNC_DEBUG (it synchronizes after every op).
+  bool supports_graphs() const override;
 
  private:
   /// Refreshes cudaMemGetInfo into memory_stats() (after allocations, not in the step loop).
   void refresh_device_memory();
   /// MPX_CUDA_SYNC_DEBUG: waits for the op just queued so a fault names it.
   void after_op(const char* op);
+  /// Throws (ending the capture) when `what`, which synchronizes or allocates, is called during a capture.
+  void not_in_capture(const char* what);
 
   void* alloc_impl(size_t bytes) override;
   void free_impl(void* p) override;
@@ -72,8 +77,25 @@ class CudaBackend final : public Backend {
   void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
                            const Tensor& state2, const Tensor& compute_copy) override;
   TensorStats stats_impl(const Tensor& x) override;
+  void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                         double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                         const Tensor& dlogits) override;
+  void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
+                                    int world) override;
+  void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                                 const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                 const Tensor& state, const Tensor& lr_dev) override;
+  void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                                    const Tensor& correct, int64_t n) override;
+  void* staging_impl(int slot, size_t bytes) override;
+  void upload_staged_impl(int slot, void* dst, size_t offset, size_t bytes) override;
+  void release_staged_impl(int slot) override;
+  bool graph_begin_capture_impl() override;
+  int graph_end_capture_impl() override;
+  void graph_launch_impl(int id) override;
 
   std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Staging> staging_;  // after ctx_: destroyed first
 };
 
 }  // namespace mpx::cuda

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The Context of the CUDA backend: device, stream, cuDNN/cuBLASLt handles, the
-// pinned flag word, the grow-once scratch slots and the plan cache (context.h).
+// pinned flag word, the grow-once scratch slots, the plan cache and the captured
+// CUDA graphs (context.h).
 #include "backend/cuda/context.h"
 
 #include <spdlog/spdlog.h>
@@ -42,13 +43,24 @@ Context::Context(int device, std::function<void(size_t)> on_alloc, std::function
 }
 
 Context::~Context() {
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    log_failure("cudaStreamEndCapture", cudaStreamEndCapture(stream_, &g));
+    if (g) log_failure("cudaGraphDestroy", cudaGraphDestroy(g));
+  }
   log_failure("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  for (cudaGraphExec_t e : graphs_) log_failure("cudaGraphExecDestroy", cudaGraphExecDestroy(e));
+  graphs_.clear();
   plans_.clear();
   for (Block& b : slots_) {
     if (b.p) {
       log_failure("cudaFree (scratch)", cudaFree(b.p));
       on_free_(b.bytes);
     }
+  }
+  for (Block& b : retired_) {
+    log_failure("cudaFree (outgrown scratch)", cudaFree(b.p));
+    on_free_(b.bytes);
   }
   log_failure("cudaFree (flag)", cudaFree(device_flag_));
   log_failure("cudaFreeHost (flag)", cudaFreeHost(host_flag_));
@@ -63,14 +75,33 @@ Context::~Context() {
   log_failure("cudaStreamDestroy", cudaStreamDestroy(stream_));
 }
 
+namespace {
+const char* slot_name(Slot slot) {
+  static const char* names[] = {"padded convolution input", "padded input gradient", "16-bit weight gradient",
+                                "reduction partials", "batch-norm coefficients", "per-row results",
+                                "cuDNN/cuBLASLt workspace"};
+  static_assert(sizeof(names) / sizeof(names[0]) == kSlotCount, "one name per scratch slot");
+  return names[slot];
+}
+}  // namespace
+
 void* Context::scratch(Slot slot, size_t bytes) {
   Block& b = slots_[static_cast<size_t>(slot)];
   if (bytes <= b.bytes && b.p) return b.p;
+  // A captured graph keeps the addresses it was captured with; allocating (and freeing) here
+  // is not capturable anyway.
+  if (capturing_)
+    fail_in_capture("growing the CUDA scratch for the " + std::string(slot_name(slot)) + " from " +
+                    std::to_string(b.bytes) + " to " + std::to_string(bytes) + " bytes");
   if (b.p) {
-    // Queued work may still read the old buffer.
-    MPX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    MPX_CUDA_CHECK(cudaFree(b.p));
-    on_free_(b.bytes);
+    if (graphs_.empty()) {
+      // Queued work may still read the old buffer.
+      MPX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      MPX_CUDA_CHECK(cudaFree(b.p));
+      on_free_(b.bytes);
+    } else {
+      retired_.push_back(b);  // a graph may use it at every launch: freed with the Context
+    }
     b.p = nullptr;
     b.bytes = 0;
   }
@@ -79,11 +110,9 @@ void* Context::scratch(Slot slot, size_t bytes) {
   const cudaError_t e = cudaMalloc(&p, cap);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    static const char* names[] = {"padded convolution input", "padded input gradient", "16-bit weight gradient",
-                                  "reduction partials", "batch-norm coefficients", "per-row results",
-                                  "cuDNN/cuBLASLt workspace"};
+    const char* const name = slot_name(slot);
     throw OutOfMemoryError("out of device memory allocating " + std::to_string(cap) + " bytes (" +
-                           std::to_string(cap >> 20) + " MiB) of CUDA scratch for the " + names[slot] +
+                           std::to_string(cap >> 20) + " MiB) of CUDA scratch for the " + name +
                            " on cuda:" + std::to_string(device_) + "; try a smaller batch_size");
   }
   MPX_CUDA_CHECK(e);
@@ -91,6 +120,49 @@ void* Context::scratch(Slot slot, size_t bytes) {
   b.bytes = cap;
   on_alloc_(cap);
   return p;
+}
+
+void Context::begin_capture() {
+  MPX_CHECK_MSG(!capturing_, "graph_begin_capture: a capture is already in progress on cuda:" +
+                                 std::to_string(device_));
+  MPX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+}
+
+int Context::end_capture() {
+  MPX_CHECK_MSG(capturing_, "graph_end_capture on cuda:" + std::to_string(device_) +
+                                " without a capture in progress (none was begun, or an error ended it)");
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  MPX_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  log_failure("cudaGraphDestroy", cudaGraphDestroy(graph));  // the executable graph is a copy
+  MPX_CUDA_CHECK(e);
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void Context::launch_graph(int id) {
+  MPX_CHECK_MSG(id >= 0 && static_cast<size_t>(id) < graphs_.size(),
+                "graph_launch: no graph " + std::to_string(id) + " on cuda:" + std::to_string(device_) + " (" +
+                    std::to_string(graphs_.size()) + " captured)");
+  MPX_CHECK_MSG(!capturing_, "graph_launch: not allowed during a graph capture");
+  MPX_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(id)], stream_));
+}
+
+void Context::fail_in_capture(const std::string& what) {
+  if (capturing_) {
+    // End the capture so the stream works again; the partial graph is dropped.
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  throw Error("CUDA graph capture on cuda:" + std::to_string(device_) + ": " + what +
+              " is not allowed while capturing; the capture was abandoned. Run the sequence once "
+              "uncaptured with the same shapes (the warm-up) before graph_begin_capture.");
 }
 
 unsigned Context::grid_for(int64_t n, int threads) const {

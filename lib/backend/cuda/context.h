@@ -3,7 +3,8 @@
 // its one compute stream, the cuDNN and cuBLASLt handles (created once), the
 // grow-once device scratch slots (padded inputs, reduction partials, the shared
 // cuDNN/cuBLASLt workspace) and the plan cache keyed by op+shape+dtype
-// (llm.c's lookup_cache_or_build_graph_fwd). The twin of cpu/context.h.
+// (llm.c's lookup_cache_or_build_graph_fwd), and the CUDA graphs captured from the
+// stream. The twin of cpu/context.h.
 #pragma once
 
 #include <cublasLt.h>
@@ -14,7 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -73,7 +76,10 @@ class Context {
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
 
   /// A device buffer of at least `bytes` for `slot` (256-byte aligned), valid until the next
-  /// larger request of the slot. Growing synchronizes the device (cudaFree).
+  /// larger request of the slot. Growing synchronizes the stream and frees the old buffer
+  /// (cudaFree); once a graph exists the old buffer is kept instead (a graph may use it) and
+  /// freed with the Context. Growing during a graph capture is an error (run the captured
+  /// ops once uncaptured first, with the same shapes: the warm-up).
   void* scratch(Slot slot, size_t bytes);
   /// Largest workspace a convolution or matmul algorithm may use (MPX_CUDA_WORKSPACE_MB, default 512).
   size_t workspace_budget() const { return workspace_budget_; }
@@ -85,14 +91,31 @@ class Context {
   /// Grid size of a grid-stride loop over n elements with `threads` per block.
   unsigned grid_for(int64_t n, int threads) const;
 
-  /// The cached plan of `key`, or a new one from make() (then cached).
+  /// The cached plan of `key`, or a new one from make() (then cached). Building a plan
+  /// (cudnnFind measures, allocates and synchronizes) during a graph capture is an error.
   template <typename T, typename Make>
   T& plan(const PlanKey& key, Make&& make) {
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+    if (it == plans_.end()) {
+      if (capturing_) fail_in_capture("a new cuDNN/cuBLASLt plan (an op shape not run before the capture)");
+      it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+    }
     return static_cast<T&>(*it->second);
   }
   size_t plan_count() const { return plans_.size(); }
+
+  // ---- CUDA graphs (Backend::graph_*) ---------------------------------------------
+  /// Starts capturing the stream (cudaStreamCaptureModeThreadLocal).
+  void begin_capture();
+  /// Ends the capture, instantiates the graph and returns its id.
+  int end_capture();
+  /// Replays graph `id` on the stream.
+  void launch_graph(int id);
+  /// True between begin_capture and end_capture.
+  bool capturing() const { return capturing_; }
+  /// Throws Error naming `what` as not allowed during a capture, after ending (and dropping)
+  /// the capture so the stream is usable again.
+  [[noreturn]] void fail_in_capture(const std::string& what);
 
  private:
   struct Block {
@@ -108,6 +131,9 @@ class Context {
   int* host_flag_ = nullptr;
   size_t workspace_budget_ = 0;
   std::array<Block, kSlotCount> slots_{};
+  std::vector<Block> retired_;  // outgrown scratch that a graph may still use
+  bool capturing_ = false;
+  std::vector<cudaGraphExec_t> graphs_;
   std::function<void(size_t)> on_alloc_, on_free_;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
 };

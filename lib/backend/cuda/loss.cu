@@ -4,18 +4,24 @@
 // device (no host synchronisation). The twin of cpu/loss.cpp. A label outside
 // [0, K) cannot throw here (the kernel is asynchronous): its row's loss and
 // dlogits are NaN, so the step is reported non-finite; the data readers reject such
-// labels before they get here.
+// labels before they get here. The _scaled variant reads the loss scale from the
+// StepState on the device and is otherwise the same kernel, so its dlogits equal the
+// host-scaled call's bit for bit.
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/step_state.h"
 
 namespace mpx::cuda {
 
 // ---- kernels -----------------------------------------------------------------------
 
-// One warp per row. row_out[n] = {-log p[label], 1 if argmax == label}.
+// One warp per row. row_out[n] = {-log p[label], 1 if argmax == label}. The dlogits factor g is
+// g_host, or, when st is not null, step_grad_scale(*st, weight) / N computed here with the same
+// float operations as the host launcher (grad_scale / float(N)).
 __global__ void softmax_cross_entropy_kernel(const float* __restrict__ z, const int32_t* __restrict__ labels,
-                                             int64_t N, int K, float g, float2* __restrict__ row_out,
-                                             float* __restrict__ dz) {
+                                             int64_t N, int K, float g_host, const StepState* __restrict__ st,
+                                             double weight, float2* __restrict__ row_out, float* __restrict__ dz) {
+  const float g = st ? __fdiv_rn(step_grad_scale(*st, weight), static_cast<float>(N)) : g_host;
   const int lane = threadIdx.x % 32;
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -88,23 +94,40 @@ __global__ void loss_sum_kernel(const float2* __restrict__ row_out, int64_t N, f
 
 // ---- launchers ---------------------------------------------------------------------
 
-void softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float grad_scale,
-                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
+namespace {
+// st == nullptr: g is the factor of dlogits; otherwise the kernel derives it from the StepState.
+void launch_softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float g,
+                                  const StepState* st, double weight, const Tensor& loss_sum_out,
+                                  const Tensor& correct_out, const Tensor& dlogits) {
   const int64_t N = logits.shape[0];
   const int K = static_cast<int>(logits.shape[1]);
-  const float g = N > 0 ? grad_scale / static_cast<float>(N) : 0.0f;
   auto* rows = static_cast<float2*>(ctx.scratch(kSlotRows, sizeof(float2) * static_cast<size_t>(N > 0 ? N : 1)));
-  cudaStream_t st = ctx.stream();
+  cudaStream_t stream = ctx.stream();
   if (N > 0) {
     const int64_t threads = N * 32;
     const unsigned grid = ctx.grid_for(threads, kThreads);
-    softmax_cross_entropy_kernel<<<grid, kThreads, 0, st>>>(logits.as<const float>(), labels.as<const int32_t>(), N,
-                                                             K, g, rows,
-                                                             dlogits.empty() ? nullptr : dlogits.as<float>());
-    MPX_CUDA_LAUNCH_CHECK(st);
+    softmax_cross_entropy_kernel<<<grid, kThreads, 0, stream>>>(logits.as<const float>(),
+                                                                 labels.as<const int32_t>(), N, K, g, st, weight,
+                                                                 rows, dlogits.empty() ? nullptr : dlogits.as<float>());
+    MPX_CUDA_LAUNCH_CHECK(stream);
   }
-  loss_sum_kernel<<<1, kThreads, 0, st>>>(rows, N, loss_sum_out.as<float>(), correct_out.as<float>());
-  MPX_CUDA_LAUNCH_CHECK(st);
+  loss_sum_kernel<<<1, kThreads, 0, stream>>>(rows, N, loss_sum_out.as<float>(), correct_out.as<float>());
+  MPX_CUDA_LAUNCH_CHECK(stream);
+}
+}  // namespace
+
+void softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float grad_scale,
+                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
+  const int64_t N = logits.shape[0];
+  const float g = N > 0 ? grad_scale / static_cast<float>(N) : 0.0f;
+  launch_softmax_cross_entropy(ctx, logits, labels, g, nullptr, 0.0, loss_sum_out, correct_out, dlogits);
+}
+
+void softmax_cross_entropy_scaled(Context& ctx, const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                  double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                  const Tensor& dlogits) {
+  launch_softmax_cross_entropy(ctx, logits, labels, 0.0f, state.as<const StepState>(), weight, loss_sum_out,
+                               correct_out, dlogits);
 }
 
 }  // namespace mpx::cuda

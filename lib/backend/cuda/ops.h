@@ -67,6 +67,10 @@ void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
 // loss.cu
 void softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float grad_scale,
                            const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+/// The same with grad_scale = step_grad_scale(*state, weight) read on the device (StepState).
+void softmax_cross_entropy_scaled(Context& ctx, const Tensor& logits, const Tensor& labels, const Tensor& state,
+                                  double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
+                                  const Tensor& dlogits);
 
 // dropout.cu
 void dropout_forward(Context& ctx, const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
@@ -78,5 +82,17 @@ bool unscale_and_check(Context& ctx, const Tensor& grads, float inv_scale);
 void optimizer_step(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
                     const Tensor& state1, const Tensor& state2, const Tensor& compute_copy);
 TensorStats stats(Context& ctx, const Tensor& x);
+
+// optimizer.cu: the step without host synchronisation (StepState in device memory, no read back)
+/// state.bad = 0; grads *= step_inv_scale(state, world); state.finite = !bad && isfinite(loss_sum).
+void unscale_and_check_state(Context& ctx, const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
+                             int world);
+/// optimizer_step with lr = *lr_dev and t = state.applied_total + 1; every thread returns when state.finite is 0.
+void optimizer_step_state(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                          const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
+                          const Tensor& lr_dev);
+/// step_state_update (step_state.h) in a one-thread kernel.
+void loss_scale_update_state(Context& ctx, const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
+                             const Tensor& correct, int64_t n);
 
 }  // namespace mpx::cuda
