@@ -246,4 +246,5 @@ TEST_CASE("train.sync and train.cuda_graph are validated and round-trip", "[trai
   CHECK(back.train.sync == "log");
   CHECK(back.train.cuda_graph == false);
   CHECK(parse_config(kYaml, "sync.yaml").train.sync == "auto");
+  CHECK(parse_config(kYaml, "sync.yaml").train.cuda_graph == false);
 }

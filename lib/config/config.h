@@ -124,7 +124,9 @@ struct TrainConfig {
   /// with one rank, else step).
   std::string sync = "auto";
   /// Capture the steady-state step (full batches, sync "log") as a CUDA graph and replay it.
-  bool cuda_graph = true;
+  /// Off by default until the CUDA test that proves it equal to the uncaptured step has run
+  /// on a GPU (tests/cuda/test_cuda_train.cpp).
+  bool cuda_graph = false;
 };
 
 struct DebugConfig {
