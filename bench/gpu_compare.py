@@ -217,14 +217,16 @@ def main():
         return f"{r['peak_memory_bytes'] / 2**20:.0f}" if "peak_memory_bytes" in r else "-"
 
     print(f"\n{'net':<16} {'policy':<15} {'mpx img/s':>10} {'torch img/s':>12} {'mpx/torch':>9} "
-          f"{'mpx MiB':>8} {'torch MiB':>9} {'mpx act MiB':>11}")
+          f"{'mpx MiB':>8} {'torch MiB':>9} {'mpx act MiB':>11} {'mpx pipelined':>13}")
     for r in rows:
         m, t = r["mpx"], r["torch"]
         ratio = (f"{m['images_per_sec'] / t['images_per_sec']:.2f}"
                  if "images_per_sec" in m and "images_per_sec" in t else "-")
         act = f"{m['activation_bytes'] / 2**20:.0f}" if "activation_bytes" in m else "-"
+        pipe = m.get("images_per_sec_pipelined")
+        pipe = f"{pipe:.0f}" if pipe else "-"
         print(f"{r['config']:<16} {r['policy']:<15} {f_ips(m):>10} {f_ips(t):>12} {ratio:>9} {f_mem(m):>8} "
-              f"{f_mem(t):>9} {act:>11}")
+              f"{f_mem(t):>9} {act:>11} {pipe:>13}")
     print(f"\nJSON: {a.out}")
     return 0 if all("error" not in r["mpx"] for r in rows) else 1
 

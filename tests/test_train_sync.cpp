@@ -248,3 +248,12 @@ TEST_CASE("train.sync and train.cuda_graph are validated and round-trip", "[trai
   CHECK(parse_config(kYaml, "sync.yaml").train.sync == "auto");
   CHECK(parse_config(kYaml, "sync.yaml").train.cuda_graph == false);
 }
+
+TEST_CASE("mpx bench under train.sync log also times the steps as one block", "[train][sync][bench]") {
+  const BenchResult log = bench(parse_config(kYaml, "sync.yaml", {"train.sync=log"}), 3, 1);
+  CHECK(log.images_per_sec > 0);
+  CHECK(log.images_per_sec_pipelined > 0);
+  const BenchResult step = bench(parse_config(kYaml, "sync.yaml", {"train.sync=step"}), 3, 1);
+  CHECK(step.images_per_sec > 0);
+  CHECK(step.images_per_sec_pipelined == 0);
+}

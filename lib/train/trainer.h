@@ -91,6 +91,9 @@ EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint)
 
 struct BenchResult {
   double images_per_sec = 0, step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
+  /// train.sync log only (else 0): images/s of `steps` more steps timed as one block, the
+  /// device synchronised at the end only (what a training run sees).
+  double images_per_sec_pipelined = 0;
   size_t peak_memory_bytes = 0;
   std::string policy, device;
   int64_t batch_size = 0, steps = 0;
