@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "nn/model.h"
+#include "nn/tensor_cores.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -62,10 +63,14 @@ void run_validate(const ValidateArgs& a) {
   }
   auto cpu = create_backend("cpu");
   DeviceInfo info = cpu->info();
+  bool gpu_visible = false;
   if (device != "cpu") {
     const auto gpus = cuda_devices();
     const int index = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
-    if (index >= 0 && index < static_cast<int>(gpus.size())) info = gpus[static_cast<size_t>(index)];
+    if (index >= 0 && index < static_cast<int>(gpus.size())) {
+      info = gpus[static_cast<size_t>(index)];
+      gpu_visible = true;
+    }
   }
   std::string policy_reason;
   const Policy policy = resolve_policy(cfg.policy, info, &policy_reason);
@@ -109,6 +114,22 @@ void run_validate(const ValidateArgs& a) {
   } else {
     std::cout << "\nprecision warnings:\n";
     for (const auto& w : warnings) std::cout << "  - " << w << '\n';
+  }
+  // Tensor Cores: only for a config that runs on a GPU (device cuda / cuda:N, or auto where one is present).
+  if (device.rfind("cuda", 0) == 0) {
+    const int cc = gpu_visible ? info.compute_capability : 0;
+    const auto tc = tensor_core_warnings(model, batch, cc);
+    const std::string target =
+        gpu_visible ? fmt::format("{}, compute capability {}.{}", device, cc / 10, cc % 10)
+                    : fmt::format("{}; no GPU visible here, so the shapes only", device);
+    if (tc.empty()) {
+      std::cout << "\ntensor core warnings (" << target << "): none\n";
+    } else {
+      std::cout << "\ntensor core warnings (" << target << "):\n";
+      for (const auto& w : tc) std::cout << "  - " << w << '\n';
+      spdlog::warn("{} place{} where Tensor Cores will sit idle on {} (listed under 'tensor core warnings')",
+                   tc.size(), tc.size() == 1 ? "" : "s", device);
+    }
   }
   std::cout << "\nconfig OK\n";
   command_exit_code() = kExitOk;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,10 @@ struct Context {
   // Shared scratch for weight gradients of 16-bit layers (dw and db, compute dtype).
   int64_t wgrad_scratch_numel = 0;
   Buffer wgrad_scratch;
+
+  // Model::set_grad_ready_hook: told (offset, count) of a layer's gradient range as soon as
+  // its backward has written it (grads_ready()); empty = no hook (the default).
+  std::function<void(int64_t, int64_t)> grad_ready_hook;
 
   // Accounting (MemoryReport).
   size_t activation_bytes = 0, workspace_bytes = 0;
@@ -112,6 +117,8 @@ class Layer {
   virtual void append_infos(const Context& c, std::vector<LayerInfo>& out) const;
   /// Every layer in forward execution order (nested ones before their block).
   virtual void collect(std::vector<Layer*>& out) { out.push_back(this); }
+  /// Every layer in the order backward() finishes them (what grads_ready() reports).
+  virtual void collect_backward(std::vector<const Layer*>& out) const { out.push_back(this); }
   /// Parameters of this layer itself (indexes into Context::params).
   const std::vector<int>& param_ids() const { return param_ids_; }
 
@@ -130,6 +137,13 @@ class Layer {
   template <typename Fn>
   void weight_grads(Context& c, int kernel_id, int bias_id, Fn fn);
 };
+
+/// The contiguous range of the gradient arena holding layer `l`'s own trainable
+/// parameters (count 0 when it has none).
+GradRange grad_range(const Context& c, const Layer& l);
+/// Calls c.grad_ready_hook (when set) with l's gradient range, if it has one; called by
+/// whoever runs l->backward(), right after it.
+void grads_ready(const Context& c, const Layer& l);
 
 /// @brief Layers run in order, with casts where consecutive dtypes differ.
 class Sequence {
@@ -155,6 +169,7 @@ class Sequence {
   int64_t param_count(const Context& c) const;
   void append_infos(const Context& c, std::vector<LayerInfo>& out) const;
   void collect(std::vector<Layer*>& out);
+  void collect_backward(std::vector<const Layer*>& out) const;
   /// Allocates what the first layer needs to return an input gradient.
   void enable_input_grad(Context& c);
 

@@ -5,7 +5,9 @@
 // activation memory planned once for the maximum batch, forward and backward.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@ class Layer;
 struct LayerInfo {
   std::string name;
   std::string type;
+  Shape input_shape;    // per sample, as the layer receives it
   Shape output_shape;   // per sample: [H, W, C] or [C]
   int64_t params = 0;   // trainable + non-trainable
   DType compute_dtype = DType::F32;
@@ -38,6 +41,13 @@ struct ParamInfo {
   Shape shape;          // conv kernel [K, R, S, C]; dense kernel [Cout, Cin]
   int64_t offset = 0;   // elements from the start of its arena
   bool trainable = true;
+};
+
+/// A range of the flat gradient arena, in float32 elements.
+struct GradRange {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool operator==(const GradRange& o) const { return offset == o.offset && count == o.count; }
 };
 
 /// One layer's tensors of the last step (`mpx inspect`): views into planned
@@ -103,6 +113,23 @@ class Model {
   /// overwrites the gradient arena.
   void backward(const Tensor& dlogits);
 
+  // ---- overlapping the gradient all-reduce with backward --------------------
+  /**
+   * @brief Sets (or, with an empty function, clears) the hook backward() calls as
+   * soon as a layer's parameter gradients are final: once per layer with trainable
+   * parameters, with that layer's range of grads() (offset and count in float32
+   * elements; kernel and bias are adjacent), in the order backward() finishes the
+   * layers, i.e. grad_ready_ranges(). "Final" means every op writing the range has
+   * been queued on the backend (on a GPU: on the compute stream; record an event
+   * there before handing the range to another stream). Over one backward() the
+   * ranges partition grads() exactly. Without a hook backward() is unchanged.
+   */
+  void set_grad_ready_hook(std::function<void(int64_t offset, int64_t count)> hook);
+  /// The ranges the hook reports during one backward(), in that order (computed from the
+  /// layer structure, no pass needed). The arena is laid out in forward order, so this is
+  /// mostly descending offsets; a residual block's projection comes after its branch.
+  std::vector<GradRange> grad_ready_ranges() const;
+
   // ---- float32 input path (gradient checks) ---------------------------------
   /**
    * @brief Forward pass from an already normalized float32 input [n, H, W, C]
@@ -140,6 +167,39 @@ class Model {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/**
+ * @brief Groups the gradient ranges of one backward pass into buckets for the
+ * all-reduce (PyTorch DDP's bucket_cap, reversed: a floor): each bucket is a
+ * contiguous range of the arena made of consecutive ranges of `ready_order`, closed
+ * as soon as it holds at least `min_bytes` (float32), or earlier where the next
+ * range is not adjacent to it (a residual block's projection, the layer before such
+ * a block) and at the end. Buckets are listed in the order they become complete and
+ * together cover every range exactly once.
+ *
+ * Use: `GradBuckets b(model.grad_ready_ranges(), 4 << 20);
+ *       model.set_grad_ready_hook(b.hook([&](int index, const GradRange& r) { ... start its all-reduce ... }));`
+ * The callback runs inside backward() when the last range of bucket `index` arrives;
+ * the state resets itself after the last bucket, ready for the next backward().
+ */
+class GradBuckets {
+ public:
+  GradBuckets(const std::vector<GradRange>& ready_order, size_t min_bytes);
+  const std::vector<GradRange>& buckets() const { return buckets_; }
+  /// Feeds one hook call; returns the index of the bucket it completes, or -1. Throws
+  /// mpx::Error when the range is not the one expected next (the model changed).
+  int on_ready(int64_t offset, int64_t count);
+  /// A hook for Model::set_grad_ready_hook that calls `on_bucket` for every completed bucket.
+  /// The hook refers to this object, which must outlive its use.
+  std::function<void(int64_t, int64_t)> hook(std::function<void(int index, const GradRange& bucket)> on_bucket);
+  /// Forgets a partly seen pass (after a backward() that threw).
+  void reset() { next_ = 0; }
+
+ private:
+  std::vector<GradRange> order_, buckets_;
+  std::vector<int> last_of_bucket_;  // per range of order_: the bucket it completes, or -1
+  size_t next_ = 0;
 };
 
 /// @brief Policy a layer computes in: its `dtype:` override or the model's.

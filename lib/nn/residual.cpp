@@ -81,6 +81,7 @@ class Residual : public Layer {
     Tensor gs = dy;
     if (proj_) {
       gs = proj_->backward(c, dy, need_dx);
+      grads_ready(c, *proj_);
       proj_->last_dx = gs;
     }
     if (!need_dx) return Tensor();
@@ -102,6 +103,13 @@ class Residual : public Layer {
   void collect(std::vector<Layer*>& out) override {
     branch_.collect(out);
     if (proj_) proj_->collect(out);
+    out.push_back(this);
+  }
+
+  /// backward() runs the branch (last layer first), then the projection.
+  void collect_backward(std::vector<const Layer*>& out) const override {
+    branch_.collect_backward(out);
+    if (proj_) proj_->collect_backward(out);
     out.push_back(this);
   }
 

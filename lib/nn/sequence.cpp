@@ -128,6 +128,36 @@ void Context::note_dtype(DType t, const LayerConfig& cfg) {
         where(cfg), dtype_name(t), half_layer, dtype_name(half)));
 }
 
+// ---- gradient-ready ranges (Model::set_grad_ready_hook) ---------------------------
+
+GradRange grad_range(const Context& c, const Layer& l) {
+  int64_t lo = 0, hi = 0, sum = 0;
+  for (int id : l.param_ids()) {
+    const ParamInfo& p = c.params[static_cast<size_t>(id)];
+    if (!p.trainable) continue;
+    const int64_t n = p.shape.numel();
+    if (sum == 0) {
+      lo = p.offset;
+      hi = p.offset + n;
+    } else {
+      lo = std::min(lo, p.offset);
+      hi = std::max(hi, p.offset + n);
+    }
+    sum += n;
+  }
+  // A layer registers its parameters one after the other, so they are adjacent in the arena.
+  MPX_CHECK_MSG(hi - lo == sum, fmt::format("layer '{}': its trainable parameters are not contiguous in the gradient "
+                                            "arena",
+                                            l.name()));
+  return GradRange{lo, sum};
+}
+
+void grads_ready(const Context& c, const Layer& l) {
+  if (!c.grad_ready_hook) return;
+  const GradRange r = grad_range(c, l);
+  if (r.count > 0) c.grad_ready_hook(r.offset, r.count);
+}
+
 // ---- Layer defaults ------------------------------------------------------------
 
 void Layer::plan_dx(Context& c) {
@@ -144,6 +174,7 @@ void Layer::append_infos(const Context& c, std::vector<LayerInfo>& out) const {
   LayerInfo i;
   i.name = name();
   i.type = type();
+  i.input_shape = in_shape_;
   i.output_shape = out_shape_;
   i.params = param_count(c);
   i.compute_dtype = dtype_;
@@ -224,6 +255,7 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
     Step& s = steps_[i];
     const bool nd = need_dx || i > 0;
     g = s.layer->backward(c, g, nd);
+    grads_ready(c, *s.layer);
     s.layer->last_dx = g;
     if (!nd) return Tensor();
     if (s.in_dtype != s.layer->dtype()) {
@@ -247,6 +279,10 @@ void Sequence::append_infos(const Context& c, std::vector<LayerInfo>& out) const
 
 void Sequence::collect(std::vector<Layer*>& out) {
   for (Step& s : steps_) s.layer->collect(out);
+}
+
+void Sequence::collect_backward(std::vector<const Layer*>& out) const {
+  for (size_t i = steps_.size(); i-- > 0;) steps_[i].layer->collect_backward(out);
 }
 
 // ---- make_layer ------------------------------------------------------------------
