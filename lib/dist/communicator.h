@@ -44,6 +44,36 @@ class Communicator {
 
   /// The float32 tensor `t` (all of it) summed in place.
   void all_reduce_sum(const Tensor& t);
+
+  // ---- asynchronous gradient all-reduce (overlap with the backward pass) ----
+  /// Names one all-reduce started by start_all_reduce_sum(); pass it to wait() exactly once.
+  using Handle = int64_t;
+  /**
+   * @brief Starts the in-place sum over all ranks of `count` float32 at `data` (a
+   * bucket of the flat gradient arena, same memory kind as all_reduce_sum) and
+   * returns without waiting for it. Several may be in flight; every rank must start
+   * them in the same order (MPI's rule) and must not touch `data` before wait().
+   * The default (single process, and any communicator without an asynchronous path)
+   * sums synchronously here and returns a handle whose wait() does nothing.
+   *  - "mpi": MPI_Iallreduce. MPI progresses it only inside MPI calls: call progress()
+   *    while computing (e.g. from Model's grad-ready hook) or it may run at wait().
+   *  - "nccl": queued on the communicator's own stream behind an event recorded now
+   *    on the compute stream (set_compute_stream), so it starts once the gradient
+   *    work queued so far is done; no host synchronisation.
+   */
+  virtual Handle start_all_reduce_sum(float* data, size_t count);
+  /**
+   * @brief Completes the all-reduce `h`. "mpi": blocks until the sum is in place
+   * (MPI_Wait). "nccl": makes the compute stream wait for it (an event), the host
+   * does not wait: work queued on the compute stream afterwards sees the sum.
+   */
+  virtual void wait(Handle h);
+  /// Lets in-flight asynchronous all-reduces progress (MPI_Test); cheap, call it often. No-op by default.
+  virtual void progress() {}
+  /// NCCL: the cudaStream_t (as void*) the backend queues its compute on; start_all_reduce_sum
+  /// orders after it and wait() orders it after the all-reduce. nullptr (the default) is the
+  /// legacy default stream. Ignored by the host communicators.
+  virtual void set_compute_stream(void* stream) { (void)stream; }
 };
 
 /// Ranks the launcher says this process belongs to (OMPI_COMM_WORLD_SIZE, PMI_SIZE,

@@ -10,8 +10,10 @@
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -47,6 +49,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_free(&node);
   }
   ~MpiCommunicator() override {
+    for (auto& slot : pending_)  // an all-reduce never waited for (an exception unwound past it)
+      for (MPI_Request& r : slot)
+        if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owns_ && !finalized) MPI_Finalize();
@@ -63,6 +68,39 @@ class MpiCommunicator final : public Communicator {
       const int n = static_cast<int>(std::min<size_t>(count - done, INT_MAX));
       mpi_check(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
       done += static_cast<size_t>(n);
+    }
+  }
+  Handle start_all_reduce_sum(float* data, size_t count) override {
+    size_t h = 0;
+    while (h < pending_.size() && !pending_[h].empty()) ++h;
+    if (h == pending_.size()) pending_.emplace_back();
+    std::vector<MPI_Request>& reqs = pending_[h];
+    for (size_t done = 0; done < count;) {
+      const int n = static_cast<int>(std::min<size_t>(count - done, INT_MAX));
+      reqs.push_back(MPI_REQUEST_NULL);
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &reqs.back()),
+                "MPI_Iallreduce");
+      done += static_cast<size_t>(n);
+    }
+    if (reqs.empty()) reqs.push_back(MPI_REQUEST_NULL);  // count 0: a handle whose wait() returns at once
+    return static_cast<Handle>(h);
+  }
+  void wait(Handle h) override {
+    MPX_CHECK_MSG(h >= 0 && static_cast<size_t>(h) < pending_.size() && !pending_[static_cast<size_t>(h)].empty(),
+                  fmt::format("MPI wait: handle {} was not started or was already waited for", h));
+    std::vector<MPI_Request>& reqs = pending_[static_cast<size_t>(h)];
+    mpi_check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    reqs.clear();
+  }
+  void progress() override {
+    // One MPI_Test drives MPI's progress engine (all pending operations, not just this one).
+    for (auto& slot : pending_) {
+      for (MPI_Request& r : slot) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        mpi_check(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        return;
+      }
     }
   }
   void all_reduce_sum(double* data, size_t count) override {
@@ -82,6 +120,9 @@ class MpiCommunicator final : public Communicator {
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   bool owns_ = false;
+  /// In-flight asynchronous all-reduces by handle (more than one request above 2^31 elements);
+  /// an empty slot is free.
+  std::vector<std::vector<MPI_Request>> pending_;
 };
 
 }  // namespace
