@@ -306,6 +306,9 @@ class Backend {
   void graph_launch(int id);
   /// Whether graph_begin_capture can work here (CUDA without MPX_CUDA_SYNC_DEBUG).
   virtual bool supports_graphs() const { return false; }
+  /// The native queue the ops run on (CUDA: the cudaStream_t), for communicators that
+  /// order their own work after it; nullptr on the CPU.
+  virtual void* native_stream() const { return nullptr; }
 
  protected:
   /// Accounting hook for implementations' allocations.

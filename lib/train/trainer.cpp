@@ -285,6 +285,7 @@ class Engine {
         dropout_seed_(rank_ > 0 ? mix64(cfg.seed + static_cast<uint64_t>(rank_)) : cfg.seed),
         inject_step_(inject_inf_step(rank_)) {
     setup_sync(mode);
+    setup_overlap();
   }
 
   /// How the step synchronises, for the start-up log.
@@ -365,8 +366,9 @@ class Engine {
       }
       o.reason = forward_bad ? SkipReason::NonfiniteForward : SkipReason::NonfiniteLoss;
     } else {
+      cur_step_ = global_step;
       if (n > 0) {
-        model_.backward(dl);
+        model_.backward(dl);  // with overlap, the buckets' all-reduces start in here
       } else if (model_.num_params() > 0) {
         be_.fill(model_.grads(), 0.0f);  // no records on this rank this step: it adds nothing
       }
@@ -376,10 +378,7 @@ class Engine {
           spdlog::warn("check_numerics: step {}: first non-finite gradient (loss scale {}): {}", global_step,
                        format_scale(S), bad);
       }
-      if (global_step == inject_step_ && model_.num_params() > 0) {
-        spdlog::warn("MPX_DEBUG_INJECT_INF: writing inf into this rank's gradients at step {}", global_step);
-        be_.fill(model_.grads().flat_view(0, Shape{1}), std::numeric_limits<float>::infinity());
-      }
+      if (global_step == inject_step_ && model_.num_params() > 0 && inflight_.empty()) inject_inf();
       // Summed while still scaled (inf/NaN propagate), then unscaled by 1/(S * world): the average,
       // and the same finiteness verdict on every rank.
       reduce_grads();
@@ -619,10 +618,63 @@ class Engine {
     return o;
   }
 
+  void inject_inf() {
+    spdlog::warn("MPX_DEBUG_INJECT_INF: writing inf into this rank's gradients at step {}", cur_step_);
+    be_.fill(model_.grads().flat_view(0, Shape{1}), std::numeric_limits<float>::infinity());
+  }
+
+  // ---- overlap of the gradient all-reduce with the backward pass (issue 5) ----------------
+  // GPU with NCCL: buckets of the arena are all-reduced on NCCL's stream as soon as their layers'
+  // gradients are final (Model's grad-ready hook), ordered after the compute stream by events;
+  // the host never waits. CPU with MPI: measured not to pay on 2 cores (bench/overlap_cpu.sh:
+  // the all-reduce is < 1% of the step and there is no spare core), so the one blocking
+  // all-reduce stays; MPX_OVERLAP_ALLREDUCE=1/0 forces either, MPX_BUCKET_BYTES sets the
+  // bucket size (default 4 MiB).
+  std::unique_ptr<GradBuckets> buckets_;
+  Communicator* overlap_comm_ = nullptr;
+  std::vector<Communicator::Handle> inflight_;
+  int64_t cur_step_ = -1;
+  std::string overlap_what_;
+
+  void setup_overlap() {
+    if (world_ == 1 || model_.num_params() == 0) return;
+    Communicator* c = device_comm_ ? device_comm_ : host_grads_ ? comm_ : nullptr;
+    bool want = device_comm_ != nullptr;
+    if (const char* e = std::getenv("MPX_OVERLAP_ALLREDUCE"); e && *e) want = *e != '0';
+    if (!c || !want) return;
+    size_t bucket = size_t{4} << 20;
+    if (const char* e = std::getenv("MPX_BUCKET_BYTES"); e && *e) bucket = std::max<size_t>(4, std::stoull(e));
+    if (device_comm_) device_comm_->set_compute_stream(be_.native_stream());
+    overlap_comm_ = c;
+    buckets_ = std::make_unique<GradBuckets>(model_.grad_ready_ranges(), bucket);
+    float* g = model_.grads().as<float>();
+    model_.set_grad_ready_hook(buckets_->hook([this, g](int, const GradRange& b) {
+      if (cur_step_ == inject_step_ && b.offset == 0) inject_inf();  // before its bucket leaves
+      inflight_.push_back(overlap_comm_->start_all_reduce_sum(g + b.offset, static_cast<size_t>(b.count)));
+    }));
+    overlap_what_ = fmt::format("{} buckets of at least {} B, all-reduced during the backward pass",
+                                buckets_->buckets().size(), bucket);
+  }
+
+ public:
+  /// How the all-reduce overlaps the backward pass ("" when it does not).
+  const std::string& overlap_description() const { return overlap_what_; }
+
+ private:
   /// The one all-reduce (sum) of the flat gradient arena per step.
   void reduce_grads() {
     const Tensor g = model_.grads();
     if (world_ == 1 || g.empty() || g.numel() == 0) return;
+    if (buckets_) {
+      // The backward pass started every bucket (or, on a rank without records this step, none:
+      // start them all now, in the same order, so that the collectives match across ranks).
+      if (inflight_.empty())
+        for (const GradRange& b : buckets_->buckets())
+          inflight_.push_back(overlap_comm_->start_all_reduce_sum(g.as<float>() + b.offset, static_cast<size_t>(b.count)));
+      for (Communicator::Handle h : inflight_) overlap_comm_->wait(h);
+      inflight_.clear();
+      return;
+    }
     if (device_comm_) {
       be_.synchronize();
       device_comm_->all_reduce_sum(g);
@@ -966,6 +1018,8 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                    "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
                    "are checkpointed); test evaluation sharded over the ranks",
                    local_batch, cfg.data.batch_size, engine->reduce_path(), model.num_params() * 4);
+    if (world_size > 1 && !engine->overlap_description().empty())
+      spdlog::info("data parallel: {}", engine->overlap_description());
     spdlog::info("step: {}", engine->sync_description());
     spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {} B, grads {} B, compute copy {} B, "
                  "optimizer state {} B, activations {} B",

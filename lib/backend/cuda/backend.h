@@ -22,6 +22,7 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   /// CUDA graphs, except with MPX_CUDA_SYNC_DEBUG (it synchronizes after every op).
   bool supports_graphs() const override;
+  void* native_stream() const override { return static_cast<void*>(ctx_->stream()); }
 
  private:
   /// Refreshes cudaMemGetInfo into memory_stats() (after allocations, not in the step loop).
