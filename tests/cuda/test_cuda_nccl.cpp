@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <mpx/config.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -37,5 +38,49 @@ TEST_CASE("nccl: a one-rank NCCL all-reduce leaves device buffers unchanged (cud
   CHECK(d[1] == 2.5);
 #else
   CHECK_THROWS(mpx::make_nccl_communicator(*mpx::make_single_communicator(), 0));
+#endif
+}
+
+TEST_CASE("nccl: asynchronous bucketed all-reduce is ordered after and before the compute stream (one rank)",
+          "[nccl][async]") {
+#if MPX_WITH_NCCL
+  auto single = mpx::make_single_communicator();
+  auto nccl = mpx::make_nccl_communicator(*single, 0);
+  cudaStream_t compute = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
+  nccl->set_compute_stream(compute);
+  const size_t n = 3 << 18;
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i % 977) * 0.25f, b[i] = -a[i] - 1.0f;
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(&dev, n * sizeof(float)) == cudaSuccess);
+  float *pa = nullptr, *pb = nullptr;
+  REQUIRE(cudaMallocHost(&pa, n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMallocHost(&pb, n * sizeof(float)) == cudaSuccess);
+  std::copy(a.begin(), a.end(), pa);
+  std::copy(b.begin(), b.end(), pb);
+  // The compute stream writes a, then b (as two layers' gradients becoming final); each bucket's
+  // all-reduce must start after its writer and the read back must wait for every all-reduce.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<mpx::Communicator::Handle> hs;
+    for (size_t k = 0; k < 3; ++k) {
+      const size_t off = k * (n / 3), cnt = n / 3;
+      const float* src = (round % 2 ? pb : pa) + off;
+      REQUIRE(cudaMemcpyAsync(dev + off, src, cnt * sizeof(float), cudaMemcpyHostToDevice, compute) == cudaSuccess);
+      hs.push_back(nccl->start_all_reduce_sum(dev + off, cnt));
+    }
+    for (auto it = hs.rbegin(); it != hs.rend(); ++it) nccl->wait(*it);
+    std::vector<float> back(n);
+    REQUIRE(cudaMemcpyAsync(back.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost, compute) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(compute) == cudaSuccess);
+    CHECK(back == (round % 2 ? b : a));
+  }
+  cudaFree(dev);
+  cudaFreeHost(pa);
+  cudaFreeHost(pb);
+  nccl->set_compute_stream(nullptr);
+  cudaStreamDestroy(compute);
+#else
+  SUCCEED("built without NCCL");
 #endif
 }
