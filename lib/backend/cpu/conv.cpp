@@ -217,15 +217,37 @@ DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) 
   });
 }
 
+// oneDNN 2.6.3 bug (AVX2 jit_1x1 backward weights, NHWC source, strided 1x1, few channels):
+// its per-thread copy of the strided source ("rtus") is booked as is*C floats per thread
+// but addressed as (ic_b*is + sp)*8 (jit_avx2_1x1_convolution.cpp), so with 2+ threads a
+// thread writes into the next one's copy and the last one past it, into the reducer's
+// spin-barrier context in the same scratchpad. Measured with plain oneDNN (standalone,
+// x [32,26,26,C] -> K, 1x1 stride 2, 2 OpenMP threads, passive or active waits): for C = 3
+// and 4, dW ~100% off (relative; C = 4 at each of 8 scratchpad addresses tried); for C = 4,
+// K = 8 a hang in that barrier (both threads spinning; its counter overwritten with input
+// values) at 13 of 64 scratchpad addresses modulo 4096 -- the random hangs of mpx residual nets
+// with a 1x1 stride-2 projection from C < 8. C = 8, 12, 16, 24, 32 measured right; the
+// guard covers every C that is not a multiple of 8. With format any oneDNN takes the
+// blocked (nChw8c) path of the same kernel, which is right (reorders around it).
+bool rtus_nhwc_bwd_weights_bug(const Conv2dParams& p, const Geo& g) {
+  return g.R == 1 && g.S == 1 && (p.stride_h > 1 || p.stride_w > 1) && g.C % 8 != 0;
+}
+
 DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias) {
   return ctx.plan<DnnlPlan>(conv_key(kConvBwdFilter, p, g, bias ? 1 : 0), [&] {
     return dnnl_try(conv_what("convolution backward weights", g), [&] {
       using cw = dnnl::convolution_backward_weights;
       auto plan = std::make_unique<DnnlPlan>();
-      const ConvDescs d = conv_descs(p, g);
+      ConvDescs d = conv_descs(p, g);
+      const bool avoid_nhwc = rtus_nhwc_bwd_weights_bug(p, g);
+      if (avoid_nhwc) {
+        d.src_any = dnnl::memory::desc({g.N, g.C, g.H, g.W}, dt::f32, tag::any);
+        d.dst_any = dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::any);
+      }
       const auto hint = conv_fwd_pd(ctx, d, bias, false);
-      const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, d.src, d.wei_any, d.bias, d.dst,
-                                            d.strides, d.pad_l, d.pad_r)
+      const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, avoid_nhwc ? d.src_any : d.src,
+                                            d.wei_any, d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides,
+                                            d.pad_l, d.pad_r)
                                  : cw::desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any,
                                             d.strides, d.pad_l, d.pad_r);
       const cw::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
