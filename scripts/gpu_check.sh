@@ -116,6 +116,14 @@ else
   echo "no MNIST mirror in $MIRROR (run scripts/gpu_bundle.sh): MNIST epochs skipped" | tee -a "$LOG"
 fi
 
+# The full-batch step replayed as a CUDA graph (train.cuda_graph, off by default until proven):
+# images/s with and without it, on random inputs of CIFAR's shape.
+for graph in false true; do
+  step "mpx bench CIFAR ResNet mixed_bfloat16 batch 512, cuda_graph $graph" 90 "$MPX" bench \
+    --config configs/cifar10_resnet.yaml --set device=cuda --set policy=mixed_bfloat16 --set data.batch_size=512 \
+    --set data.path=/nonexistent --set train.cuda_graph=$graph --steps 30 --warmup 5 --json
+done
+
 step "bench/gpu_compare.py (mpx vs PyTorch, batch 512)" 300 env PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py \
   --mpx "$MPX" --out "$OUT_DIR/gpu_compare.json"
 
