@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "support/backend_check.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -24,91 +25,13 @@ using ref::Vec;
 
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
-
-/// A CPU backend plus the buffers of one test; every new tensor is poisoned.
-struct Dev {
-  std::unique_ptr<Backend> be = create_backend("cpu");
-  std::vector<Buffer> bufs;
-
-  Tensor make(DType t, Shape s) {
-    bufs.push_back(be->alloc(static_cast<size_t>(s.numel()) * dtype_size(t), "test"));
-    Tensor x = bufs.back().view(t, s);
-    if (is_float(t))
-      be->fill(x, kNaN);
-    else
-      std::memset(x.data, 0xAB, x.bytes());
-    return x;
-  }
-  /// Uploads float values (already representable in t) into t.
-  void put(const Tensor& t, const std::vector<float>& v) {
-    REQUIRE(static_cast<int64_t>(v.size()) == t.numel());
-    std::vector<char> bytes(t.bytes());
-    convert(v.data(), DType::F32, bytes.data(), t.dtype, v.size());
-    be->upload(t, bytes.data());
-  }
-  std::vector<float> get(const Tensor& t) {
-    std::vector<char> bytes(t.bytes());
-    be->download(bytes.data(), t);
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    convert(bytes.data(), t.dtype, v.data(), DType::F32, v.size());
-    return v;
-  }
-  /// A tensor of random values in [lo, hi) (never 0), rounded to t; the values are returned in *vals.
-  Tensor rand(Rng& rng, DType t, Shape s, std::vector<float>* vals, double lo = -1, double hi = 1) {
-    Tensor x = make(t, s);
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (auto& e : v) {
-      double d = rng.uniform(lo, hi);
-      if (std::fabs(d) < 1e-3) d = 1e-3 + rng.uniform() * 1e-2;
-      e = round_to(t, static_cast<float>(d));
-    }
-    put(x, v);
-    if (vals) *vals = v;
-    return x;
-  }
-};
-
-Vec widen(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-
-double dtype_eps(DType t) {
-  switch (t) {
-    case DType::F16: return 1.0 / 1024;  // 2 half-ulps of float16
-    case DType::BF16: return 1.0 / 128;  // 2 half-ulps of bfloat16
-    default: return 1e-5;
-  }
-}
-
-/// Every element finite and within eps*|ref| + 1e-5*max|ref| (eps per dtype, times `loosen`),
-/// and the whole tensor within eps in relative L2 norm. Reports the first bad element.
-void check_close(const std::string& what, const std::vector<float>& got, const Vec& want, DType t,
-                 double loosen = 1.0) {
-  REQUIRE(got.size() == want.size());
-  const double eps = dtype_eps(t) * loosen;
-  double maxref = 0, num = 0, den = 0;
-  for (double r : want) maxref = std::max(maxref, std::fabs(r));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!std::isfinite(got[i]) || err > eps * std::fabs(want[i]) + 1e-5 * loosen * maxref) {
-      FAIL(what << " (" << dtype_name(t) << "): element " << i << " of " << got.size() << " is " << got[i]
-                << ", reference " << want[i] << " (error " << err << ")");
-    }
-    num += err * err;
-    den += want[i] * want[i];
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  INFO(what << " (" << dtype_name(t) << "): relative L2 error " << rel);
-  REQUIRE(rel <= eps);
-}
-
-void check_exact(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool same = (std::isnan(got[i]) && std::isnan(want[i])) || std::memcmp(&got[i], &want[i], 4) == 0;
-    if (!same) FAIL(what << ": element " << i << " is " << got[i] << ", expected " << want[i]);
-  }
-}
+using support::check_close;
+using support::check_exact;
+using support::dtype_eps;
+using support::kInf;
+using support::kNaN;
+using support::widen;
+using Dev = support::CpuDev;
 
 std::vector<float> rounded(const std::vector<float>& v, DType t) {
   std::vector<float> r(v.size());

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "support/backend_check.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -28,75 +29,13 @@ using ref::Vec;
 
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-/// A CPU backend plus the buffers of one test; every new tensor is poisoned with NaN.
-struct Dev {
-  std::unique_ptr<Backend> be = create_backend("cpu");
-  std::vector<Buffer> bufs;
-
-  Tensor make(DType t, Shape s) {
-    bufs.push_back(be->alloc(static_cast<size_t>(s.numel()) * dtype_size(t), "test"));
-    Tensor x = bufs.back().view(t, s);
-    be->fill(x, kNaN);
-    return x;
-  }
-  void put(const Tensor& t, const std::vector<float>& v) {
-    REQUIRE(static_cast<int64_t>(v.size()) == t.numel());
-    std::vector<char> bytes(t.bytes());
-    convert(v.data(), DType::F32, bytes.data(), t.dtype, v.size());
-    be->upload(t, bytes.data());
-  }
-  std::vector<float> get(const Tensor& t) {
-    std::vector<char> bytes(t.bytes());
-    be->download(bytes.data(), t);
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    convert(bytes.data(), t.dtype, v.data(), DType::F32, v.size());
-    return v;
-  }
-  /// Values offset + uniform[lo, hi) rounded to t (returned in *vals).
-  Tensor rand(Rng& rng, DType t, Shape s, std::vector<float>* vals, double lo = -1, double hi = 1,
-              double offset = 0) {
-    Tensor x = make(t, s);
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (auto& e : v) e = round_to(t, static_cast<float>(offset + rng.uniform(lo, hi)));
-    put(x, v);
-    if (vals) *vals = v;
-    return x;
-  }
-};
-
-Vec widen(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-
-double dtype_eps(DType t) {
-  switch (t) {
-    case DType::F16: return 1.0 / 1024;
-    case DType::BF16: return 1.0 / 128;
-    default: return 1e-5;
-  }
-}
-
-/// Every element finite and within eps*|ref| + 1e-5*loosen*max|ref|, relative L2 within eps
-/// (as check_close of test_backend.cpp).
-void check_close(const std::string& what, const std::vector<float>& got, const Vec& want, DType t,
-                 double loosen = 1.0) {
-  REQUIRE(got.size() == want.size());
-  const double eps = dtype_eps(t) * loosen;
-  double maxref = 0, num = 0, den = 0;
-  for (double r : want) maxref = std::max(maxref, std::fabs(r));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!std::isfinite(got[i]) || err > eps * std::fabs(want[i]) + 1e-5 * loosen * maxref) {
-      FAIL(what << " (" << dtype_name(t) << "): element " << i << " of " << got.size() << " is " << got[i]
-                << ", reference " << want[i] << " (error " << err << ")");
-    }
-    num += err * err;
-    den += want[i] * want[i];
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  INFO(what << " (" << dtype_name(t) << "): relative L2 error " << rel);
-  REQUIRE(rel <= eps);
-}
+using support::check_close;
+using support::check_exact;
+using support::dtype_eps;
+using support::kInf;
+using support::kNaN;
+using support::widen;
+using Dev = support::CpuDev;
 
 /// One batch-norm layer's tensors.
 struct BnLayer {
@@ -113,15 +52,15 @@ BnLayer make_layer(Dev& d, Rng& rng, DType t, Shape s, double x_lo, double x_hi,
   l.t = t;
   l.C = s[s.rank - 1];
   l.M = s.numel() / l.C;
-  l.x = d.rand(rng, t, s, &l.xv, x_lo, x_hi, x_offset);
-  l.gamma = d.rand(rng, DType::F32, Shape{l.C}, &l.gv, 0.5, 1.5);
-  l.beta = d.rand(rng, DType::F32, Shape{l.C}, &l.bv);
-  l.rm = d.rand(rng, DType::F32, Shape{l.C}, &l.rmv);
-  l.rv = d.rand(rng, DType::F32, Shape{l.C}, &l.rvv, 0.5, 2.0);
+  l.x = d.rand_plain(rng, t, s, &l.xv, x_lo, x_hi, x_offset);
+  l.gamma = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.gv, 0.5, 1.5);
+  l.beta = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.bv);
+  l.rm = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.rmv);
+  l.rv = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.rvv, 0.5, 2.0);
   l.sm = d.make(DType::F32, Shape{l.C});
   l.si = d.make(DType::F32, Shape{l.C});
   l.y = d.make(t, s);
-  l.dy = d.rand(rng, t, s, &l.dyv);
+  l.dy = d.rand_plain(rng, t, s, &l.dyv);
   l.dx = d.make(t, s);
   l.dg = d.make(DType::F32, Shape{l.C});
   l.db = d.make(DType::F32, Shape{l.C});

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "support/backend_check.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -26,87 +27,13 @@ using ref::Vec;
 
 namespace {
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-const float kInf = std::numeric_limits<float>::infinity();
-
-struct Dev {
-  std::unique_ptr<Backend> be = create_backend("cpu");
-  std::vector<Buffer> bufs;
-
-  Tensor make(DType t, Shape s) {
-    bufs.push_back(be->alloc(static_cast<size_t>(s.numel()) * dtype_size(t), "test"));
-    Tensor x = bufs.back().view(t, s);
-    be->fill(x, kNaN);  // outputs must be written, never read
-    return x;
-  }
-  void put(const Tensor& t, const std::vector<float>& v) {
-    REQUIRE(static_cast<int64_t>(v.size()) == t.numel());
-    std::vector<char> bytes(t.bytes());
-    convert(v.data(), DType::F32, bytes.data(), t.dtype, v.size());
-    be->upload(t, bytes.data());
-  }
-  std::vector<float> get(const Tensor& t) {
-    std::vector<char> bytes(t.bytes());
-    be->download(bytes.data(), t);
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    convert(bytes.data(), t.dtype, v.data(), DType::F32, v.size());
-    return v;
-  }
-  /// Random values in [-1, 1), never near 0, rounded to t.
-  Tensor rand(Rng& rng, DType t, Shape s, std::vector<float>* vals) {
-    Tensor x = make(t, s);
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (auto& e : v) {
-      double d = rng.uniform(-1, 1);
-      if (std::fabs(d) < 1e-3) d = 1e-3 + rng.uniform() * 1e-2;
-      e = round_to(t, static_cast<float>(d));
-    }
-    put(x, v);
-    if (vals) *vals = v;
-    return x;
-  }
-};
-
-Vec widen(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-
-double dtype_eps(DType t) {
-  switch (t) {
-    case DType::F16: return 1.0 / 1024;
-    case DType::BF16: return 1.0 / 128;
-    default: return 1e-5;
-  }
-}
-
-/// Each element finite and within eps*|ref| + 1e-5*max|ref| (or the float16 subnormal
-/// spacing), and the relative L2 error <= eps.
-void check_close(const std::string& what, const std::vector<float>& got, const Vec& want, DType t) {
-  REQUIRE(got.size() == want.size());
-  const double eps = dtype_eps(t);
-  double maxref = 0, num = 0, den = 0;
-  for (double r : want) maxref = std::max(maxref, std::fabs(r));
-  // float16 results below 2^-14 are subnormal: their spacing is 2^-24 whatever the value.
-  const double abs_tol = std::max(1e-5 * maxref, t == DType::F16 ? std::ldexp(1.0, -24) : 0.0);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!std::isfinite(got[i]) || err > eps * std::fabs(want[i]) + abs_tol)
-      FAIL(what << " (" << dtype_name(t) << "): element " << i << " of " << got.size() << " is " << got[i]
-                << ", reference " << want[i]);
-    num += err * err;
-    den += want[i] * want[i];
-  }
-  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  INFO(what << " (" << dtype_name(t) << "): relative L2 error " << rel);
-  REQUIRE(rel <= eps);
-}
-
-/// Bit-exact (NaN matches any NaN).
-void check_exact(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const bool same = (std::isnan(got[i]) && std::isnan(want[i])) || std::memcmp(&got[i], &want[i], 4) == 0;
-    if (!same) FAIL(what << ": element " << i << " is " << got[i] << ", expected " << want[i]);
-  }
-}
+using support::check_close;
+using support::check_exact;
+using support::dtype_eps;
+using support::kInf;
+using support::kNaN;
+using support::widen;
+using Dev = support::CpuDev;
 
 }  // namespace
 

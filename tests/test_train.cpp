@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "support/log_capture.h"
+#include "support/run_files.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/weights.h"
@@ -29,15 +30,14 @@
 using namespace mpx;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using support::read_json;
+using support::read_jsonl;
+using support::read_text;
+using support::same_bits;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("mpx_test_train_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return support::temp_dir("mpx_test_train", name); }
 
 /// A small synthetic-data config; `extra` lines are appended at the top level.
 std::string small_yaml(const std::string& policy, const std::string& optimizer, const std::string& extra = "",
@@ -70,30 +70,9 @@ TrainOptions options(const fs::path& run_dir, const std::string& resume = "") {
   return o;
 }
 
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
 
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<json> v;
-  std::string line;
-  while (std::getline(in, line)) v.push_back(json::parse(line));
-  return v;
-}
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
 
 /// Gradients (unscaled, float32) of one batch under `policy` with loss multiplier `tiny` and loss scale S.
 std::vector<float> gradients(Policy policy, double tiny, double S, const Config& cfg) {

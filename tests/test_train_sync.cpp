@@ -18,21 +18,20 @@
 
 #include "config/config.h"
 #include "support/log_capture.h"
+#include "support/run_files.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using support::read_jsonl;
+using support::read_text;
+using support::same_bits;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("mpx_test_sync_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return support::temp_dir("mpx_test_sync", name); }
 
 // Synthetic data, 8 steps of 32 per epoch; batch norm (state arena), dropout, Adam, mixed_float16
 // with dynamic scaling from 2^30 (the first steps overflow and back off) and growth every 3 steps.
@@ -63,23 +62,8 @@ TrainOptions options(const fs::path& run_dir, const std::string& resume = "") {
   return o;
 }
 
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::ifstream in(p);
-  REQUIRE(in.good());
-  std::vector<json> v;
-  std::string line;
-  while (std::getline(in, line)) v.push_back(json::parse(line));
-  return v;
-}
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 void check_same_checkpoint(const Checkpoint& a, const Checkpoint& b) {
   CHECK(same_bits(a.master, b.master));

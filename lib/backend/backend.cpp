@@ -500,9 +500,10 @@ void Backend::batch_norm_backward(const Tensor& x, const Tensor& dy, const Tenso
 
 // ---- loss --------------------------------------------------------------------
 
-void Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
-  const char* op = "softmax_cross_entropy";
+namespace {
+/// The arguments of softmax_cross_entropy and its scaled twin.
+void require_softmax_args(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum_out,
+                          const Tensor& correct_out, const Tensor& dlogits) {
   require_f32(op, "logits", logits);
   require_rank(op, "logits", logits, 2);
   require_data(op, "labels", labels);
@@ -519,6 +520,12 @@ void Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, 
     require_f32(op, "dlogits", dlogits);
     require_same_shape(op, "logits", logits, "dlogits", dlogits);
   }
+}
+}  // namespace
+
+void Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
+                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
+  require_softmax_args("softmax_cross_entropy", logits, labels, loss_sum_out, correct_out, dlogits);
   softmax_cross_entropy_impl(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
 }
 
@@ -561,9 +568,10 @@ bool Backend::unscale_and_check(const Tensor& grads, float inv_scale) {
   return unscale_and_check_impl(grads, inv_scale);
 }
 
-void Backend::optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                             const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
-  const char* op = "optimizer_step";
+namespace {
+/// The arena arguments of optimizer_step and its device-state twin.
+void require_optimizer_args(const char* op, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                            const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
   require_f32(op, "master", master);
   require_f32(op, "grads", grads);
   require_same_numel(op, "master", master, "grads", grads);
@@ -578,12 +586,21 @@ void Backend::optimizer_step(const OptimizerStep& s, const Tensor& master, const
     MPX_VALIDATE(!state2.empty(), "{}: state2 (Adam second moment) is required", op);
     require_f32(op, "state2", state2);
     require_same_numel(op, "master", master, "state2", state2);
-    MPX_VALIDATE(s.t >= 1, "{}: Adam step t={} must be >= 1", op, s.t);
   }
   if (!compute_copy.empty()) {
     MPX_VALIDATE(is_float(compute_copy.dtype), "{}: compute_copy must be a float dtype, got {}", op,
                  compute_copy.str());
     require_same_numel(op, "master", master, "compute_copy", compute_copy);
+  }
+}
+}  // namespace
+
+void Backend::optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                             const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
+  const char* op = "optimizer_step";
+  require_optimizer_args(op, s, master, grads, state1, state2, compute_copy);
+  if (s.kind != OptimizerStep::Kind::Sgd) {
+    MPX_VALIDATE(s.t >= 1, "{}: Adam step t={} must be >= 1", op, s.t);
   }
   if (master.numel() == 0) return;
   optimizer_step_impl(s, master, grads, state1, state2, compute_copy);
@@ -610,18 +627,8 @@ void Backend::softmax_cross_entropy_scaled(const Tensor& logits, const Tensor& l
   const char* op = "softmax_cross_entropy_scaled";
   require_step_state(op, state);
   MPX_VALIDATE(std::isfinite(weight) && weight > 0, "{}: weight {} must be positive and finite", op, weight);
-  // The shape checks of softmax_cross_entropy, with a grad_scale that is only known on the device.
-  require_f32(op, "logits", logits);
-  require_rank(op, "logits", logits, 2);
-  require_data(op, "labels", labels);
-  MPX_VALIDATE(labels.dtype == DType::I32, "{}: labels must be int32, got {}", op, labels.str());
-  MPX_VALIDATE(labels.numel() == logits.shape[0] && labels.shape.rank >= 1,
-               "{}: labels {} must have one entry per row of logits {}", op, labels.str(), logits.str());
-  MPX_VALIDATE(logits.shape[1] > 0, "{}: logits {} has no classes", op, logits.str());
-  require_scalar_f32(op, "loss_sum_out", loss_sum_out);
-  require_scalar_f32(op, "correct_out", correct_out);
-  require_f32(op, "dlogits", dlogits);
-  require_same_shape(op, "logits", logits, "dlogits", dlogits);
+  MPX_VALIDATE(!dlogits.empty(), "{}: dlogits is required", op);
+  require_softmax_args(op, logits, labels, loss_sum_out, correct_out, dlogits);
   softmax_cross_entropy_scaled_impl(logits, labels, state, weight, loss_sum_out, correct_out, dlogits);
 }
 
@@ -640,24 +647,9 @@ void Backend::optimizer_step_state(const OptimizerStep& s, const Tensor& master,
   const char* op = "optimizer_step_state";
   require_step_state(op, state);
   require_scalar_f32(op, "lr", lr_dev);
-  require_f32(op, "master", master);
-  require_f32(op, "grads", grads);
-  require_same_numel(op, "master", master, "grads", grads);
-  const bool sgd = s.kind == OptimizerStep::Kind::Sgd;
-  if (!sgd || s.momentum != 0.0f || !state1.empty()) {
-    MPX_VALIDATE(!state1.empty(), "{}: state1 is required ({})", op, sgd ? "SGD with momentum" : "Adam first moment");
-    require_f32(op, "state1", state1);
-    require_same_numel(op, "master", master, "state1", state1);
-  }
-  if (!sgd) {
-    MPX_VALIDATE(!state2.empty(), "{}: state2 (Adam second moment) is required", op);
-    require_f32(op, "state2", state2);
-    require_same_numel(op, "master", master, "state2", state2);
-  }
-  if (!compute_copy.empty()) {
-    MPX_VALIDATE(is_16bit(compute_copy.dtype), "{}: compute_copy must be 16-bit, got {}", op, compute_copy.str());
-    require_same_numel(op, "master", master, "compute_copy", compute_copy);
-  }
+  require_optimizer_args(op, s, master, grads, state1, state2, compute_copy);
+  MPX_VALIDATE(compute_copy.empty() || is_16bit(compute_copy.dtype), "{}: compute_copy must be 16-bit, got {}", op,
+               compute_copy.str());
   if (master.numel() == 0) return;
   optimizer_step_state_impl(s, master, grads, state1, state2, compute_copy, state, lr_dev);
 }
