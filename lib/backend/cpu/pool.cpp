@@ -25,6 +25,7 @@
 
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/pool_tiled.h"
 
 namespace mpx::cpu {
 
@@ -81,76 +82,32 @@ bool tiled_max(const PoolParams& p, const PGeo& g) {
          g.P * g.R <= g.H && g.Q * g.S <= g.W;
 }
 
-inline float take_f(float v, float m) {
-  const bool t = (v > m) | ((v != v) & (m == m));
-  return t ? v : m;
+namespace base {
+#include "backend/cpu/pool_tiled.inc"
+}  // namespace base
+
+
+// The AVX2 build when cpuid reports AVX2, unless MPX_CPU_BASELINE=1 (tests compare the two).
+bool cpu_has_avx2() {
+  static const bool hw = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2");
+  const char* e = std::getenv("MPX_CPU_BASELINE");
+  return hw && !(e && *e == '1');
 }
 
-void tiled_max_forward(const PGeo& g, const float* x, float* y) {
-#pragma omp parallel for collapse(2) schedule(static) if (g.N * g.H * g.W * g.C > (1 << 16))
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t p = 0; p < g.P; ++p) {
-      for (int64_t q = 0; q < g.Q; ++q) {
-        float* yo = y + ((n * g.P + p) * g.Q + q) * g.C;
-        const float* x0 = x + ((n * g.H + p * g.R) * g.W + q * g.S) * g.C;
-        for (int64_t c = 0; c < g.C; ++c) yo[c] = x0[c];
-        for (int64_t r = 0; r < g.R; ++r)
-          for (int64_t s = (r == 0 ? 1 : 0); s < g.S; ++s) {
-            const float* xi = x0 + (r * g.W + s) * g.C;
-            for (int64_t c = 0; c < g.C; ++c) yo[c] = take_f(xi[c], yo[c]);
-          }
-      }
-    }
+void tiled_max_forward_dispatch(const PGeo& g, const float* x, float* y) {
+  const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
+  if (cpu_has_avx2())
+    avx2::tiled_max_forward(t, x, y);
+  else
+    base::tiled_max_forward(t, x, y);
 }
 
-void tiled_max_backward(const PGeo& g, const float* x, const float* dy, float* dx) {
-  const int64_t row = g.W * g.C;  // one input row of one image
-#pragma omp parallel for collapse(2) schedule(static) if (g.N * g.H * g.W * g.C > (1 << 16))
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t p = 0; p < g.P; ++p) {
-      const int64_t h0 = p * g.R;
-      for (int64_t q = 0; q < g.Q; ++q) {
-        const float* dyo = dy + ((n * g.P + p) * g.Q + q) * g.C;
-        const int64_t off0 = ((n * g.H + h0) * g.W + q * g.S) * g.C;
-        for (int64_t c0 = 0; c0 < g.C; c0 += kChan) {
-          const int64_t nc = std::min<int64_t>(kChan, g.C - c0);
-          // The window's maximum (forward rule), then each position in scan order takes dy
-          // if it holds that maximum (NaN: is NaN) and no earlier position did. Bitwise
-          // masks, no branches, so the loops vectorize.
-          float best[kChan];
-          int32_t done[kChan];
-          const float* x0 = x + off0 + c0;
-          for (int64_t c = 0; c < nc; ++c) best[c] = x0[c], done[c] = 0;
-          for (int64_t r = 0; r < g.R; ++r)
-            for (int64_t s = (r == 0 ? 1 : 0); s < g.S; ++s) {
-              const float* xi = x0 + r * row + s * g.C;
-              for (int64_t c = 0; c < nc; ++c) best[c] = take_f(xi[c], best[c]);
-            }
-          for (int64_t r = 0; r < g.R; ++r)
-            for (int64_t s = 0; s < g.S; ++s) {
-              const float* xi = x0 + r * row + s * g.C;
-              float* d = dx + off0 + c0 + r * row + s * g.C;
-              const float* gy = dyo + c0;
-#pragma omp simd
-              for (int64_t c = 0; c < nc; ++c) {
-                const float v = xi[c], m = best[c];
-                const int32_t hit = static_cast<int32_t>((v == m) | ((v != v) & (m != m))) & (done[c] ^ 1);
-                d[c] = hit ? gy[c] : 0.0f;
-                done[c] |= hit;
-              }
-            }
-        }
-      }
-      // Columns right of the last window in these rows: no window reads them.
-      if (g.Q * g.S < g.W)
-        for (int64_t r = 0; r < g.R; ++r)
-          std::memset(dx + ((n * g.H + h0 + r) * g.W + g.Q * g.S) * g.C, 0,
-                      sizeof(float) * static_cast<size_t>((g.W - g.Q * g.S) * g.C));
-    }
-  // Rows below the last window.
-  if (g.P * g.R < g.H)
-    for (int64_t n = 0; n < g.N; ++n)
-      std::memset(dx + (n * g.H + g.P * g.R) * row, 0, sizeof(float) * static_cast<size_t>((g.H - g.P * g.R) * row));
+void tiled_max_backward_dispatch(const PGeo& g, const float* x, const float* dy, float* dx) {
+  const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
+  if (cpu_has_avx2())
+    avx2::tiled_max_backward(t, x, dy, dx);
+  else
+    base::tiled_max_backward(t, x, dy, dx);
 }
 
 // ---- oneDNN average pooling ------------------------------------------------------------
@@ -231,7 +188,7 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
     return;
   }
   if (tiled_max(pp, g) && !use_reference()) {
-    tiled_max_forward(g, xf, yf);
+    tiled_max_forward_dispatch(g, xf, yf);
     f32_commit(yf, y);
     return;
   }
@@ -273,7 +230,7 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
     return;
   }
   if (tiled_max(pp, g) && !use_reference()) {
-    tiled_max_backward(g, xf, dyf, dxf);
+    tiled_max_backward_dispatch(g, xf, dyf, dxf);
     f32_commit(dxf, dx);
     return;
   }

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+// The max-pooling kernels for non-overlapping windows (pool_tiled.inc): their geometry,
+// and the AVX2 build of them (pool_avx2.cpp, compiled with -mavx2; call only when cpuid
+// says AVX2). pool.cpp holds the baseline build and picks one at run time.
+#pragma once
+
+#include <cstdint>
+
+namespace mpx::cpu {
+
+struct TiledGeo {
+  int64_t N, H, W, C, P, Q, R, S;
+};
+
+namespace avx2 {
+void tiled_max_forward(const TiledGeo& g, const float* x, float* y);
+void tiled_max_backward(const TiledGeo& g, const float* x, const float* dy, float* dx);
+}  // namespace avx2
+
+}  // namespace mpx::cpu
