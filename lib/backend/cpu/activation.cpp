@@ -26,14 +26,6 @@ namespace mpx::cpu {
 
 namespace {
 
-bool use_loops() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  return v;
-}
-
 enum EltOp : int64_t { kAdd = 302 };
 
 /// One cached binary primitive over n float32 elements; its memory objects are re-pointed per call.
@@ -119,7 +111,7 @@ void activation_backward(Activation act, const Tensor& y, const Tensor& dy, cons
 
 void add(const Tensor& a, const Tensor& b, const Tensor& y) {
   const int64_t total = a.numel();
-  if (a.dtype == DType::F32 && !use_loops() && total > 0) {
+  if (a.dtype == DType::F32 && !reference_loops() && total > 0) {
     // oneDNN allows dst == src0 in place, not dst == src1: when y is b, add b + a
     // (float addition is commutative, so the result is the same).
     const bool swap = y.data == b.data && y.data != a.data;

@@ -24,14 +24,6 @@ namespace mpx::cpu {
 
 namespace {
 
-bool use_loops() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  return v;
-}
-
 // ---- plain loops (MPX_CPU_REFERENCE=1; shapes without a oneDNN JIT kernel) -------------
 
 // Per-channel sums over rows of a [M, C] matrix, in double: out1 += f1(row), out2 += f2(row).
@@ -282,7 +274,7 @@ void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& ga
                                  float momentum, float epsilon, const Tensor& running_mean,
                                  const Tensor& running_var, const Tensor& saved_mean, const Tensor& saved_invstd,
                                  const Tensor& y) {
-  BnPlan* plan = use_loops() ? nullptr : &bn_forward_plan(ctx, x.shape, epsilon, true);
+  BnPlan* plan = reference_loops() ? nullptr : &bn_forward_plan(ctx, x.shape, epsilon, true);
   if (!plan || !plan->onednn) {
     bn_forward_training_loops(ctx, x, gamma, beta, momentum, epsilon, running_mean, running_var, saved_mean,
                               saved_invstd, y);
@@ -314,7 +306,7 @@ void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& ga
 void batch_norm_forward_inference(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& running_mean, const Tensor& running_var, float epsilon,
                                   const Tensor& y) {
-  BnPlan* plan = use_loops() ? nullptr : &bn_forward_plan(ctx, x.shape, epsilon, false);
+  BnPlan* plan = reference_loops() ? nullptr : &bn_forward_plan(ctx, x.shape, epsilon, false);
   if (!plan || !plan->onednn) {
     bn_forward_inference_loops(ctx, x, gamma, beta, running_mean, running_var, epsilon, y);
     return;
@@ -334,7 +326,7 @@ void batch_norm_forward_inference(Context& ctx, const Tensor& x, const Tensor& g
 void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
                          const Tensor& dgamma, const Tensor& dbeta) {
-  BnPlan* plan = use_loops() ? nullptr : &bn_backward_plan(ctx, x.shape);
+  BnPlan* plan = reference_loops() ? nullptr : &bn_backward_plan(ctx, x.shape);
   if (!plan || !plan->onednn) {
     bn_backward_loops(ctx, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
     return;

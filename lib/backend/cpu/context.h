@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -93,6 +94,16 @@ class Context {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
   size_t plan_bytes_ = 0;
 };
+
+/// MPX_CPU_REFERENCE=1 (read once): every op runs mpx's plain loops instead of oneDNN,
+/// to rule oneDNN out when debugging.
+inline bool reference_loops() {
+  static const bool v = [] {
+    const char* e = std::getenv("MPX_CPU_REFERENCE");
+    return e && *e && *e != '0';
+  }();
+  return v;
+}
 
 // ---- float32 views of tensors ---------------------------------------------------
 

@@ -267,17 +267,7 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 // ---- ops ---------------------------------------------------------------------------
 // float32 math in oneDNN; 16-bit tensors go through float32 scratch (f32_in/f32_out)
 // and are rounded once on the way out. The plain loops above are kept for
-// MPX_CPU_REFERENCE=1 (debugging a suspected oneDNN problem).
-
-namespace {
-bool use_loops() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  return v;
-}
-}  // namespace
+// MPX_CPU_REFERENCE=1 (reference_loops(), context.h: debugging a suspected oneDNN problem).
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& y, Activation act) {
@@ -286,7 +276,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (use_loops()) {
+  if (reference_loops()) {
     conv_forward_loops(g, xf, wf, bf, yf, act);
   } else {
     DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, act == Activation::Relu);
@@ -305,7 +295,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  if (use_loops()) {
+  if (reference_loops()) {
     conv_backward_data_loops(g, dyf, wf, dxf);
   } else {
     DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
@@ -324,7 +314,7 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (use_loops()) {
+  if (reference_loops()) {
     conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
   } else {
     DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);

@@ -208,15 +208,6 @@ void relu_keep_nan(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
 }
 
-// MPX_CPU_REFERENCE=1: the plain loops (as in conv.cpp).
-bool use_loops() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  return v;
-}
-
 }  // namespace
 
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
@@ -226,7 +217,7 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (use_loops()) {
+  if (reference_loops()) {
     dense_forward_loops(N, Ci, Co, xf, wf, bf, yf, act);
   } else {
     RowsPlan& plan = dense_fwd_plan(ctx, Ci, Co, bf != nullptr);
@@ -243,7 +234,7 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  if (use_loops()) {
+  if (reference_loops()) {
     dense_backward_data_loops(N, Ci, Co, dyf, wf, dxf);
   } else {
     RowsPlan& plan = dense_bwd_data_plan(ctx, Ci, Co);
@@ -259,7 +250,7 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (use_loops()) {
+  if (reference_loops()) {
     dense_backward_weights_loops(N, Ci, Co, xf, dyf, dwf, dbf);
   } else {
     DnnlPlan& plan = dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr);

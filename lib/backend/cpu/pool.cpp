@@ -54,16 +54,7 @@ PGeo geometry(const PoolParams& p, const Shape& x) {
   return g;
 }
 
-constexpr int64_t kChan = 256;
-
-// MPX_CPU_REFERENCE=1: the plain loops only (as in conv.cpp).
-bool use_reference() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
-  return v;
-}  // channels per max-pool backward chunk (stack arrays)
+constexpr int64_t kChan = 256;  // channels per max-pool backward chunk (stack arrays)
 
 // "First maximum": strict >, scanning rows then columns; NaN wins and stays.
 inline bool takes(float v, float m) { return v > m || (std::isnan(v) && !std::isnan(m)); }
@@ -182,12 +173,12 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
   const PGeo g = geometry(pp, x.shape);
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (pp.kind == PoolKind::Avg && !use_reference()) {
+  if (pp.kind == PoolKind::Avg && !reference_loops()) {
     avg_pool_dnnl(ctx, avg_geo(pp, g), xf, yf, false);
     f32_commit(yf, y);
     return;
   }
-  if (tiled_max(pp, g) && !use_reference()) {
+  if (tiled_max(pp, g) && !reference_loops()) {
     tiled_max_forward_dispatch(g, xf, yf);
     f32_commit(yf, y);
     return;
@@ -224,12 +215,12 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
   const float* xf = pp.kind == PoolKind::Max ? f32_in(ctx, kSlotX, x) : nullptr;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  if (pp.kind == PoolKind::Avg && !use_reference()) {
+  if (pp.kind == PoolKind::Avg && !reference_loops()) {
     avg_pool_dnnl(ctx, avg_geo(pp, g), dyf, dxf, true);
     f32_commit(dxf, dx);
     return;
   }
-  if (tiled_max(pp, g) && !use_reference()) {
+  if (tiled_max(pp, g) && !reference_loops()) {
     tiled_max_backward_dispatch(g, xf, dyf, dxf);
     f32_commit(dxf, dx);
     return;
@@ -283,7 +274,7 @@ void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y) {
   const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (!use_reference()) {
+  if (!reference_loops()) {
     avg_pool_dnnl(ctx, gap_geo(x.shape), xf, yf, false);
     f32_commit(yf, y);
     return;
