@@ -1099,6 +1099,17 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       double win_loss = 0, win_correct = 0;
       int64_t win_count = 0, win_images = 0;
       auto t_win = Clock::now();
+      // The sums of one step, or of the steps one flush() read back, into the epoch and the log window.
+      auto absorb = [&](const StepOutcome& o) {
+        ep_skipped += o.skipped;
+        if (o.counted <= 0) return;
+        ep_loss_sum += o.loss_sum;
+        ep_correct += static_cast<int64_t>(std::llround(o.correct));
+        ep_count += o.counted;
+        win_loss += o.loss_sum;
+        win_correct += o.correct;
+        win_count += o.counted;
+      };
 
       while (loader.next(batch)) {
         const auto t_step = Clock::now();
@@ -1128,17 +1139,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         const double dt = seconds_since(t_step);
         epoch_train_seconds += dt;
         run_train_seconds += dt;
-        if (!o.pending) {
-          ep_skipped += o.skipped;
-          if (o.counted > 0) {
-            ep_loss_sum += o.loss_sum;
-            ep_correct += static_cast<int64_t>(std::llround(o.correct));
-            ep_count += o.counted;
-            win_loss += o.loss_sum;
-            win_correct += o.correct;
-            win_count += o.counted;
-          }
-        }
+        if (!o.pending) absorb(o);
         result.steps = global_step;
         result.skipped_steps = scaler.state().skipped_total;
         result.final_loss_scale = scaler.scale();
@@ -1201,15 +1202,8 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
         }
       }
       progress.clear();
-      if (engine->pending()) {  // not expected (every way out of the loop reads back), but never lose steps
-        const StepOutcome f = engine->flush();
-        ep_skipped += f.skipped;
-        if (f.counted > 0) {
-          ep_loss_sum += f.loss_sum;
-          ep_correct += static_cast<int64_t>(std::llround(f.correct));
-          ep_count += f.counted;
-        }
-      }
+      // Not expected (every way out of the loop reads back), but never lose steps.
+      if (engine->pending()) absorb(engine->flush());
 
       const bool epoch_done = loader.position() >= steps_per_epoch;
       const double train_loss = ep_count ? ep_loss_sum / static_cast<double>(ep_count) : std::nan("");
