@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "nn/model.h"
 #include "train/checkpoint.h"
+#include "train/session.h"
 #include "train/weights.h"
 
 namespace mpx::app {
@@ -34,30 +35,18 @@ void run_export(const ExportArgs& a) {
     policy = ck->header.policy;
   }
   // Storage only: the master weights are float32 whatever the policy, so the CPU backend will do.
-  std::unique_ptr<Backend> be = create_backend("cpu");
+  Config storage = cfg;
+  storage.device = "cpu";
+  Session session(storage);
+  session.plan_on_cpu();
   const auto p = parse_policy(policy);
-  const Shape in = model_input_shape(cfg);
-  Model model(cfg, p && *p != Policy::Auto ? *p : Policy::Float32, *be, static_cast<int>(in[0]),
-              static_cast<int>(in[1]), static_cast<int>(in[2]), 10, 1);
-  model.init_params(cfg.seed);
-  if (ck) {
-    if (ck->header.num_params != model.num_params() || ck->header.num_state != model.num_state())
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' (config '{}') holds {} parameters and {} state values, but the model of config '{}' has "
-          "{} and {}: the checkpoint was written for another model",
-          ck_path, ck->header.config_name, ck->header.num_params, ck->header.num_state, cfg.name,
-          model.num_params(), model.num_state()));
-    if (model.num_params() > 0) be->upload(model.master(), ck->master.data());
-    if (model.num_state() > 0) be->upload(model.state(), ck->state.data());
-    source = fmt::format("{} (step {})", ck_path, ck->header.global_step);
-  } else if (!cfg.weights.init_from.empty()) {
-    import_weights(model, *be, cfg, in, cfg.weights.init_from);
-    source = cfg.weights.init_from;
-  } else {
-    source = fmt::format("initialization with seed {}", cfg.seed);
+  const Shape in = session.input_shape();
+  std::unique_ptr<Model> model_ptr = session.make_model(1, p && *p != Policy::Auto ? *p : Policy::Float32, cfg);
+  Model& model = *model_ptr;
+  source = session.init_weights(model, "", a.checkpoint);
+  if (!ck && cfg.weights.init_from.empty())
     spdlog::info("no --checkpoint: exporting the initial weights (seed {})", cfg.seed);
-  }
-  const StFile f = export_weights(model, *be, cfg, in, layout,
+  const StFile f = export_weights(model, session.backend(), cfg, in, layout,
                                   {{"config", cfg.name}, {"policy", policy}, {"mpx_version", MPX_VERSION},
                                    {"dataset", cfg.data.dataset}, {"source", source}});
   write_safetensors(a.out, f);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "nn/model.h"
 #include "nn/tensor_cores.h"
+#include "train/session.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -25,24 +26,6 @@ struct ValidateArgs {
   std::vector<std::string> sets;
 };
 
-/// [H, W, C] of the model input: model.input_shape, else the data set's.
-void input_shape(const Config& cfg, int& H, int& W, int& C) {
-  const auto& s = cfg.model.input_shape;
-  if (s.size() == 3) {
-    H = static_cast<int>(s[0]);
-    W = static_cast<int>(s[1]);
-    C = static_cast<int>(s[2]);
-    return;
-  }
-  if (cfg.data.dataset == "cifar10") {
-    H = W = 32;
-    C = 3;
-  } else {  // mnist, fashion_mnist, synthetic
-    H = W = 28;
-    C = 1;
-  }
-}
-
 size_t optimizer_state_bytes(const Config& cfg, size_t master_bytes) {
   const auto& o = cfg.optimizer;
   if (o.name == "sgd") return o.momentum != 0.0 ? master_bytes : 0;
@@ -52,35 +35,27 @@ size_t optimizer_state_bytes(const Config& cfg, size_t master_bytes) {
 void run_validate(const ValidateArgs& a) {
   const Config cfg = load_config(a.config, a.sets);
 
-  // Device and policy as `mpx train` would resolve them on this machine.
-  std::string device = "cpu", device_reason;
+  // Device and policy as `mpx train` would resolve them on this machine; the model is planned on the CPU.
+  std::unique_ptr<Session> session;
   try {
-    const ResolvedDevice rd = resolve_device(cfg.device);
-    device = rd.device;
-    device_reason = rd.reason;
+    session = std::make_unique<Session>(cfg);
   } catch (const Error& e) {
     spdlog::warn("device '{}' is not usable here ({}); validating for the CPU", cfg.device, e.what());
+    Config cpu_cfg = cfg;
+    cpu_cfg.device = "cpu";
+    session = std::make_unique<Session>(cpu_cfg);
   }
-  auto cpu = create_backend("cpu");
-  DeviceInfo info = cpu->info();
-  bool gpu_visible = false;
-  if (device != "cpu") {
-    const auto gpus = cuda_devices();
-    const int index = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
-    if (index >= 0 && index < static_cast<int>(gpus.size())) {
-      info = gpus[static_cast<size_t>(index)];
-      gpu_visible = true;
-    }
-  }
-  std::string policy_reason;
-  const Policy policy = resolve_policy(cfg.policy, info, &policy_reason);
-  const bool auto_fell_back = cfg.policy == Policy::Auto && policy == Policy::Float32;
-
-  int H = 0, W = 0, C = 0;
-  input_shape(cfg, H, W, C);
-  const int num_classes = 10;  // every supported data set has 10 classes
+  session->plan_on_cpu();
+  const std::string device = session->device().device, device_reason = session->device().reason;
+  const DeviceInfo& info = session->target();
+  const bool gpu_visible = device != "cpu" && session->target_visible();
+  const Policy policy = session->policy();
+  const std::string policy_reason = session->policy_reason();
+  const int H = session->H(), W = session->W(), C = session->C();
+  const int num_classes = session->num_classes();  // every supported data set has 10 classes
   const int64_t batch = cfg.data.batch_size;
-  Model model(cfg, policy, *cpu, H, W, C, num_classes, batch);
+  std::unique_ptr<Model> model_ptr = session->make_model(batch);
+  const Model& model = *model_ptr;
   const MemoryReport m = model.memory_report();
   const size_t opt_bytes = optimizer_state_bytes(cfg, m.master_bytes);
 
@@ -108,7 +83,7 @@ void run_validate(const ValidateArgs& a) {
             << fmt::format("  optimizer state   {:>12}  ({})\n", format_bytes(opt_bytes), cfg.optimizer.name)
             << fmt::format("  total             {:>12}\n", format_bytes(total));
 
-  const auto warnings = precision_warnings(cfg, policy, auto_fell_back);
+  const auto warnings = session->warnings();
   if (warnings.empty()) {
     std::cout << "\nprecision warnings: none\n";
   } else {

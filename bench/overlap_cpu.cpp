@@ -27,6 +27,7 @@
 #include "config/config.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
+#include "dist/grad_sync.h"
 #include "nn/model.h"
 
 using namespace mpx;

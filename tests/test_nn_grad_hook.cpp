@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Model::set_grad_ready_hook and GradBuckets (overlapping the gradient all-reduce
-// with backward, issue 5): the hook fires once per layer with trainable parameters,
+// Model::set_grad_ready_hook and GradBuckets of lib/dist (overlapping the gradient
+// all-reduce with backward): the hook fires once per layer with trainable parameters,
 // in backward order, with a range that is already final; the ranges partition the
 // arena; residual blocks (with and without projection) report their nested layers;
 // the buckets are contiguous, cover the arena and complete in ready order.
@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/grad_sync.h"
 #include "nn/model.h"
 #include "support/gradcheck.h"
 

@@ -389,10 +389,16 @@ class Backend {
   MemoryStats mem_;
 };
 
+/// Start-up settings of a backend that come from the config (`cuda.*` keys).
+struct BackendOptions {
+  /// Budget of the cuDNN/cuBLASLt workspace on a GPU (cuda.workspace_mb); unused on the CPU.
+  size_t cuda_workspace_bytes = size_t{512} << 20;
+};
+
 /// @brief Creates a backend from a device string: "cpu", "cuda", "cuda:N".
 /// ("auto" is resolved by the caller with cuda_device_count().) Throws ConfigError
 /// for an unknown name and Error("mpx was built without CUDA") where applicable.
-std::unique_ptr<Backend> create_backend(const std::string& device);
+std::unique_ptr<Backend> create_backend(const std::string& device, const BackendOptions& options = {});
 
 /// Number of usable CUDA devices; 0 without CUDA support or without a GPU.
 int cuda_device_count();

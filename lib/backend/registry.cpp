@@ -10,12 +10,12 @@ namespace mpx {
 
 std::unique_ptr<Backend> create_cpu_backend();
 #if MPX_WITH_CUDA
-std::unique_ptr<Backend> create_cuda_backend(int device);
+std::unique_ptr<Backend> create_cuda_backend(int device, const BackendOptions& options);
 int cuda_device_count_impl();
 std::vector<DeviceInfo> cuda_devices_impl();
 #endif
 
-std::unique_ptr<Backend> create_backend(const std::string& device) {
+std::unique_ptr<Backend> create_backend(const std::string& device, [[maybe_unused]] const BackendOptions& options) {
   if (device == "cpu") return create_cpu_backend();
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if MPX_WITH_CUDA
@@ -32,7 +32,7 @@ std::unique_ptr<Backend> create_backend(const std::string& device) {
     if (index < 0 || index >= n)
       throw ConfigError("device '" + device + "': there are " + std::to_string(n) + " CUDA devices (0.." +
                         std::to_string(n - 1) + ")");
-    return create_cuda_backend(index);
+    return create_cuda_backend(index, options);
 #else
     throw ConfigError("device '" + device + "': mpx was built without CUDA (rebuild with -DMPX_CUDA=ON, or use device: cpu)");
 #endif

@@ -139,6 +139,17 @@ struct WeightsConfig {
   std::string init_from;
 };
 
+struct DistConfig {
+  /// Overlap the gradient all-reduce with the backward pass: auto (on with NCCL on GPUs,
+  /// off on the CPU, where it measured no gain), on, off.
+  std::string overlap_allreduce = "auto";
+  int64_t bucket_bytes = int64_t{4} << 20;  // smallest bucket of the overlapped all-reduce
+};
+
+struct CudaConfig {
+  int64_t workspace_mb = 512;  // budget of the cuDNN/cuBLASLt workspace
+};
+
 struct Config {
   std::string name = "run";
   uint64_t seed = 42;
@@ -152,6 +163,8 @@ struct Config {
   TrainConfig train;
   DebugConfig debug;
   WeightsConfig weights;
+  DistConfig dist;
+  CudaConfig cuda;
   /// Where it was loaded from ("" for strings), for messages.
   std::string source;
 };

@@ -2,6 +2,7 @@
 // The single-process communicator, world() (which picks MPI under a launcher),
 // rank-tagged logging for multi-rank jobs, and the collective failure check.
 #include "dist/communicator.h"
+#include "core/env.h"
 
 #include <fmt/format.h>
 #include <mpx/config.hpp>
@@ -66,8 +67,7 @@ int env_int(const char* name) {
 class RankSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   RankSink(std::vector<spdlog::sink_ptr> inner, int rank) : inner_(std::move(inner)), rank_(rank) {
-    const char* all = std::getenv("MPX_LOG_ALL_RANKS");
-    all_ = all && std::string(all) == "1";
+    all_ = env_flag("MPX_LOG_ALL_RANKS");
   }
 
  protected:

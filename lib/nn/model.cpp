@@ -267,6 +267,7 @@ void Model::set_grad_ready_hook(std::function<void(int64_t offset, int64_t count
   impl_->c.grad_ready_hook = std::move(hook);
 }
 
+Shape Model::input_shape() const { return Shape{impl_->H, impl_->W, impl_->C}; }
 std::vector<GradRange> Model::grad_ready_ranges() const {
   std::vector<const nn::Layer*> layers;
   impl_->seq.collect_backward(layers);
@@ -276,49 +277,6 @@ std::vector<GradRange> Model::grad_ready_ranges() const {
     if (r.count > 0) out.push_back(r);
   }
   return out;
-}
-
-GradBuckets::GradBuckets(const std::vector<GradRange>& ready_order, size_t min_bytes) : order_(ready_order) {
-  last_of_bucket_.assign(order_.size(), -1);
-  GradRange cur;
-  auto close = [&](size_t last) {
-    last_of_bucket_[last] = static_cast<int>(buckets_.size());
-    buckets_.push_back(cur);
-    cur = GradRange{};
-  };
-  for (size_t i = 0; i < order_.size(); ++i) {
-    const GradRange r = order_[i];
-    MPX_CHECK_MSG(r.count > 0 && r.offset >= 0, fmt::format("GradBuckets: empty range at {}", i));
-    if (cur.count > 0) {
-      const bool adjacent = r.offset + r.count == cur.offset || r.offset == cur.offset + cur.count;
-      if (!adjacent) close(i - 1);
-    }
-    if (cur.count == 0) {
-      cur = r;
-    } else {
-      cur.offset = std::min(cur.offset, r.offset);
-      cur.count += r.count;
-    }
-    if (static_cast<size_t>(cur.count) * sizeof(float) >= min_bytes) close(i);
-  }
-  if (cur.count > 0) close(order_.size() - 1);
-}
-
-int GradBuckets::on_ready(int64_t offset, int64_t count) {
-  MPX_CHECK_MSG(next_ < order_.size() && (order_[next_] == GradRange{offset, count}),
-                fmt::format("GradBuckets: gradient range [{}, +{}) reported where range #{} of {} was expected", offset,
-                            count, next_, order_.size()));
-  const int b = last_of_bucket_[next_];
-  if (++next_ == order_.size()) next_ = 0;
-  return b;
-}
-
-std::function<void(int64_t, int64_t)> GradBuckets::hook(
-    std::function<void(int index, const GradRange& bucket)> on_bucket) {
-  return [this, on_bucket = std::move(on_bucket)](int64_t offset, int64_t count) {
-    const int b = on_ready(offset, count);
-    if (b >= 0) on_bucket(b, buckets_[static_cast<size_t>(b)]);
-  };
 }
 
 Tensor Model::input_grad() const {

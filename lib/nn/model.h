@@ -84,6 +84,9 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  /// The input [H, W, C] the model was built for.
+  Shape input_shape() const;
+
   // ---- parameters ----------------------------------------------------------
   int64_t num_params() const;          // trainable (length of master/grads)
   int64_t num_state() const;           // non-trainable (length of state)
@@ -167,39 +170,6 @@ class Model {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-/**
- * @brief Groups the gradient ranges of one backward pass into buckets for the
- * all-reduce (PyTorch DDP's bucket_cap, reversed: a floor): each bucket is a
- * contiguous range of the arena made of consecutive ranges of `ready_order`, closed
- * as soon as it holds at least `min_bytes` (float32), or earlier where the next
- * range is not adjacent to it (a residual block's projection, the layer before such
- * a block) and at the end. Buckets are listed in the order they become complete and
- * together cover every range exactly once.
- *
- * Use: `GradBuckets b(model.grad_ready_ranges(), 4 << 20);
- *       model.set_grad_ready_hook(b.hook([&](int index, const GradRange& r) { ... start its all-reduce ... }));`
- * The callback runs inside backward() when the last range of bucket `index` arrives;
- * the state resets itself after the last bucket, ready for the next backward().
- */
-class GradBuckets {
- public:
-  GradBuckets(const std::vector<GradRange>& ready_order, size_t min_bytes);
-  const std::vector<GradRange>& buckets() const { return buckets_; }
-  /// Feeds one hook call; returns the index of the bucket it completes, or -1. Throws
-  /// mpx::Error when the range is not the one expected next (the model changed).
-  int on_ready(int64_t offset, int64_t count);
-  /// A hook for Model::set_grad_ready_hook that calls `on_bucket` for every completed bucket.
-  /// The hook refers to this object, which must outlive its use.
-  std::function<void(int64_t, int64_t)> hook(std::function<void(int index, const GradRange& bucket)> on_bucket);
-  /// Forgets a partly seen pass (after a backward() that threw).
-  void reset() { next_ = 0; }
-
- private:
-  std::vector<GradRange> order_, buckets_;
-  std::vector<int> last_of_bucket_;  // per range of order_: the bucket it completes, or -1
-  size_t next_ = 0;
 };
 
 /// @brief Policy a layer computes in: its `dtype:` override or the model's.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// `mpx inspect` (one instrumented forward/backward pass, a table and a
-// safetensors dump) and `mpx eval --weights` (inspect.h).
+// `mpx inspect`: one instrumented forward/backward pass, a table and a
+// safetensors dump (inspect.h).
 #include "train/inspect.h"
 
 #include <fmt/format.h>
@@ -16,6 +16,7 @@
 #include "nn/model.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
+#include "train/session.h"
 #include "train/weights.h"
 
 namespace mpx {
@@ -26,48 +27,6 @@ std::vector<int64_t> dims(const Shape& s) {
   std::vector<int64_t> v;
   for (int i = 0; i < s.rank; ++i) v.push_back(s[i]);
   return v;
-}
-
-void normalize_like_training(Model& m, const Config& cfg) {
-  std::vector<double> mean = cfg.data.mean, stdv = cfg.data.std;
-  if (mean.empty() || stdv.empty()) default_normalization(cfg.data.dataset, mean, stdv);
-  m.set_input_normalization(mean, stdv);
-}
-
-void check_input(const Config& cfg, const Dataset& ds) {
-  const auto& s = cfg.model.input_shape;
-  if (!s.empty() && (s.size() != 3 || s[0] != ds.H || s[1] != ds.W || s[2] != ds.C))
-    throw ConfigError(fmt::format("model.input_shape does not match the data set {} ([{}, {}, {}])",
-                                  cfg.data.dataset, ds.H, ds.W, ds.C));
-}
-
-/// Weights from --weights, --checkpoint or weights.init_from (else the seeded init); returns where from.
-std::string load_initial_weights(Model& m, Backend& be, const Config& cfg, const Shape& input,
-                                  const std::string& weights, const std::string& checkpoint) {
-  m.init_params(cfg.seed);
-  if (!weights.empty()) {
-    const WeightsLayout l = import_weights(m, be, cfg, input, weights);
-    return fmt::format("{} ({} layout)", weights, weights_layout_name(l));
-  }
-  if (!checkpoint.empty()) {
-    const std::string path = resolve_checkpoint_path(checkpoint);
-    const Checkpoint ck = load_checkpoint(path);
-    if (ck.header.num_params != m.num_params() || ck.header.num_state != m.num_state())
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' (config '{}') holds {} parameters and {} state values, but the model of config '{}' has "
-          "{} and {}: the checkpoint was written for another model",
-          path, ck.header.config_name, ck.header.num_params, ck.header.num_state, cfg.name, m.num_params(),
-          m.num_state()));
-    if (m.num_params() > 0) be.upload(m.master(), ck.master.data());
-    if (m.num_state() > 0) be.upload(m.state(), ck.state.data());
-    m.refresh_compute_copy();
-    return path;
-  }
-  if (!cfg.weights.init_from.empty()) {
-    const WeightsLayout l = import_weights(m, be, cfg, input, cfg.weights.init_from);
-    return fmt::format("{} (weights.init_from, {} layout)", cfg.weights.init_from, weights_layout_name(l));
-  }
-  return fmt::format("initialization with seed {}", cfg.seed);
 }
 
 /// Raw host copy of a device tensor (any dtype), as a safetensors tensor.
@@ -90,30 +49,25 @@ InspectResult inspect(const Config& cfg, const InspectOptions& opts) {
   if (opts.batch <= 0) throw ConfigError(fmt::format("inspect: --batch must be positive, got {}", opts.batch));
   if (!opts.weights.empty() && !opts.checkpoint.empty())
     throw ConfigError("inspect: give --weights or --checkpoint, not both");
-  const ResolvedDevice rd = resolve_device(cfg.device);
-  std::unique_ptr<Backend> backend = create_backend(rd.device);
-  Backend& be = *backend;
-  std::string reason;
-  const Policy policy = resolve_policy(cfg.policy, be.info(), &reason);
-  const LossScaleMode mode = cfg.loss_scale.mode_explicit ? cfg.loss_scale.mode
-                             : policy == Policy::MixedFloat16 ? LossScaleMode::Dynamic
-                                                              : LossScaleMode::None;
+  Session session(cfg);
+  session.start_backend();
+  Backend& be = session.backend();
+  const LossScaleMode mode = session.loss_scale_mode();
   const double S = mode == LossScaleMode::None ? 1.0 : cfg.loss_scale.initial;
-
-  const Dataset ds = load_dataset(cfg.data, Split::Test, cfg.seed);
-  check_input(cfg, ds);
+  session.load_data(DataNeed::Test);
+  const Dataset& ds = session.test_data();
   if (ds.size() == 0) throw DataError("inspect: the test split is empty");
   const int64_t n = std::min<int64_t>(opts.batch, ds.size());
-  const Shape input{ds.H, ds.W, ds.C};
-  Model model(cfg, policy, be, ds.H, ds.W, ds.C, ds.num_classes, n);
-  normalize_like_training(model, cfg);
+  const Shape input = session.input_shape();
+  std::unique_ptr<Model> model_ptr = session.make_model(n);
+  Model& model = *model_ptr;
 
   InspectResult r;
-  r.policy = policy_name(policy);
-  r.device = rd.device;
+  r.policy = policy_name(session.policy());
+  r.device = session.device().device;
   r.n = n;
   r.loss_scale = S;
-  r.weights_from = load_initial_weights(model, be, cfg, input, opts.weights, opts.checkpoint);
+  r.weights_from = session.init_weights(model, opts.weights, opts.checkpoint);
 
   const int K = ds.num_classes;
   Buffer xb = be.alloc(static_cast<size_t>(n * ds.image_bytes()), "inspect images");
@@ -271,48 +225,6 @@ std::string format_inspect(const InspectResult& r) {
   s += r.first_nonfinite.empty() ? std::string("every activation and gradient is finite\n")
                                  : "first non-finite: " + r.first_nonfinite + "\n";
   return s;
-}
-
-// ---- eval --weights ---------------------------------------------------------------
-
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights) {
-  const ResolvedDevice rd = resolve_device(cfg.device);
-  std::unique_ptr<Backend> backend = create_backend(rd.device);
-  Backend& be = *backend;
-  std::string reason;
-  const Policy policy = resolve_policy(cfg.policy, be.info(), &reason);
-  const Dataset ds = load_dataset(cfg.data, Split::Test, cfg.seed);
-  check_input(cfg, ds);
-  const int64_t B = std::max<int64_t>(1, cfg.data.batch_size);
-  Model model(cfg, policy, be, ds.H, ds.W, ds.C, ds.num_classes, B);
-  normalize_like_training(model, cfg);
-  import_weights(model, be, cfg, Shape{ds.H, ds.W, ds.C}, weights);
-
-  Buffer xb = be.alloc(static_cast<size_t>(B * ds.image_bytes()), "eval images");
-  Buffer yb = be.alloc(static_cast<size_t>(B) * 4, "eval labels");
-  Buffer sb = be.alloc(16, "eval loss");
-  const Tensor loss_t(sb.data(), DType::F32, Shape{1});
-  const Tensor correct_t(static_cast<char*>(sb.data()) + 4, DType::F32, Shape{1});
-  double loss = 0, correct = 0;
-  for (int64_t i = 0; i < ds.size(); i += B) {
-    const int64_t n = std::min(B, ds.size() - i);
-    const Tensor x = xb.view(DType::U8, Shape{n, ds.H, ds.W, ds.C});
-    const Tensor y = yb.view(DType::I32, Shape{n});
-    be.upload(x, ds.images.data() + i * ds.image_bytes());
-    be.upload(y, ds.labels.data() + i);
-    be.softmax_cross_entropy(model.forward(x, false), y, 1.0f, loss_t, correct_t, Tensor());
-    float l = 0, c = 0;
-    be.download(&l, loss_t);
-    be.download(&c, correct_t);
-    loss += static_cast<double>(l);
-    correct += static_cast<double>(c);
-  }
-  EvalResult r;
-  r.count = ds.size();
-  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
-  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
-  r.policy = policy_name(policy);
-  return r;
 }
 
 }  // namespace mpx

@@ -2,7 +2,7 @@
 // `mpx inspect`: one forward and backward pass on the first test images under
 // the config's policy, every layer's activation and input gradient summarized
 // (and dumped to safetensors), so the first layer that overflows or underflows
-// is visible. Also `mpx eval --weights`: test loss/accuracy of a weights file.
+// is visible.
 #pragma once
 
 #include <cstdint>
@@ -61,8 +61,5 @@ InspectResult inspect(const Config& cfg, const InspectOptions& opts);
 /// @brief The table `mpx inspect` prints: per tensor dtype, shape, min, max,
 /// mean |x| (over finite values), #inf, #NaN, #zero; then loss, scale and verdict.
 std::string format_inspect(const InspectResult& r);
-
-/// @brief `mpx eval --weights W`: test loss/accuracy of a safetensors file (either layout).
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights);
 
 }  // namespace mpx

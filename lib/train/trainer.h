@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The training driver: resolves device and policy, builds Model and loaders,
-// runs the train/evaluate loop with loss scaling, logging, metrics.jsonl,
-// checkpoints and summary.json. app/ only wires these calls to the CLI.
+// `mpx train`: the epoch loop and its failure handling, over the parts of the
+// train module (docs/design.md "Train module layout"): Session (set-up),
+// Engine and its Stepper (the step), TrainState (checkpoints), RunLog (logs and
+// metrics), evaluation and bench. This header is the module's front door for
+// app/ and the tests.
 #pragma once
 
 #include <atomic>
@@ -13,24 +15,12 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "nn/model.h"
+#include "train/bench.h"
+#include "train/device.h"
+#include "train/evaluate.h"
+#include "train/stepper.h"
 
 namespace mpx {
-
-/// @brief What `device: auto|cpu|cuda|cuda:N` resolves to here, and why.
-struct ResolvedDevice {
-  std::string device;  // "cpu" or "cuda:N"
-  std::string reason;
-};
-ResolvedDevice resolve_device(const std::string& device);
-
-/// @brief Resolves Policy::Auto from the device (DESIGN.md table); other
-/// policies are returned unchanged. `reason` says what was chosen and why.
-Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason);
-
-/// @brief Start-up warnings of the Keras guides for this config (mixed_float16
-/// without loss scaling, 16-bit softmax output, loss scale under bf16/float32,
-/// auto -> float32). Each is one line; the caller logs them at warn level.
-std::vector<std::string> precision_warnings(const Config& cfg, Policy resolved, bool auto_fell_back);
 
 /// @brief Options from the command line that are not part of the config.
 struct TrainOptions {
@@ -58,10 +48,6 @@ struct TrainResult {
   std::string run_dir;
 };
 
-/// Set by the SIGINT/SIGTERM handler that app/ installs; the trainer finishes
-/// the current step, saves `last`, writes summary.json and exits 130.
-std::atomic<bool>& stop_requested();
-
 /**
  * @brief Runs `mpx train`.
  *
@@ -80,26 +66,5 @@ std::atomic<bool>& stop_requested();
  * A checkpoint that does not fit the model (exit 2) is recorded in the result.
  */
 TrainResult train(const Config& cfg, const TrainOptions& opts);
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  int64_t count = 0;
-  std::string policy;
-};
-/// @brief `mpx eval`: test loss/accuracy of a checkpoint (file or run directory).
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint);
-
-struct BenchResult {
-  double images_per_sec = 0, step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
-  /// train.sync log only (else 0): images/s of `steps` more steps timed as one block, the
-  /// device synchronised at the end only (what a training run sees).
-  double images_per_sec_pipelined = 0;
-  size_t peak_memory_bytes = 0;
-  std::string policy, device;
-  int64_t batch_size = 0, steps = 0;
-  MemoryReport memory;
-};
-/// @brief `mpx bench`: times `steps` training steps after `warmup` (real data when present, else random).
-BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup);
 
 }  // namespace mpx

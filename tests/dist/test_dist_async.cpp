@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
+#include "dist/grad_sync.h"
 #include "nn/model.h"
 #include "support/gradcheck.h"
 

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
+#include "core/env.h"
 #include "backend/step_state.h"
 #include "core/error.h"
 #include "backend/cpu/ops.h"
@@ -42,10 +43,7 @@ std::string cpu_model_name() {
 // MPX_CPU_PROFILE=1: wall time per op, printed to stderr when the backend goes away
 // (ops run synchronously on the CPU, so the time of a call is the op's time).
 bool profiling() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_PROFILE");
-    return e && *e && *e != '0';
-  }();
+  static const bool v = env_flag("MPX_CPU_PROFILE");
   return v;
 }
 

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "core/half.h"
+#include "core/env.h"
 #include "core/tensor.h"
 
 namespace mpx::cpu {
@@ -98,10 +99,7 @@ class Context {
 /// MPX_CPU_REFERENCE=1 (read once): every op runs mpx's plain loops instead of oneDNN,
 /// to rule oneDNN out when debugging.
 inline bool reference_loops() {
-  static const bool v = [] {
-    const char* e = std::getenv("MPX_CPU_REFERENCE");
-    return e && *e && *e != '0';
-  }();
+  static const bool v = env_flag("MPX_CPU_REFERENCE");
   return v;
 }
 

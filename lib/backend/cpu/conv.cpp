@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cpu/dnnl_util.h"
+#include "core/env.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
@@ -132,10 +133,7 @@ PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) 
 // (C = 1 or 3). Default: blocked when C and K are multiples of 8 and >= 16;
 // MPX_CONV_BLOCKED=0/1 forces one or the other.
 bool blocked_activations(const Geo& g) {
-  static const int force = [] {
-    const char* e = std::getenv("MPX_CONV_BLOCKED");
-    return e && *e ? (*e == '1' ? 1 : 0) : -1;
-  }();
+  static const int force = env_string("MPX_CONV_BLOCKED").empty() ? -1 : env_flag("MPX_CONV_BLOCKED") ? 1 : 0;
   if (force >= 0) return force == 1;
   return g.C >= 16 && g.K >= 16 && g.C % 8 == 0 && g.K % 8 == 0;
 }

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "backend/cpu/dnnl_util.h"
+#include "core/env.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool_tiled.h"
 
@@ -81,8 +82,7 @@ namespace base {
 // The AVX2 build when cpuid reports AVX2, unless MPX_CPU_BASELINE=1 (tests compare the two).
 bool cpu_has_avx2() {
   static const bool hw = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2");
-  const char* e = std::getenv("MPX_CPU_BASELINE");
-  return hw && !(e && *e == '1');
+  return hw && !env_flag("MPX_CPU_BASELINE");
 }
 
 void tiled_max_forward_dispatch(const PGeo& g, const float* x, float* y) {

@@ -15,8 +15,9 @@
 namespace mpx {
 namespace cuda {
 
-CudaBackend::CudaBackend(int device)
-    : ctx_(std::make_unique<Context>(device, [this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); })),
+CudaBackend::CudaBackend(int device, const BackendOptions& options)
+    : ctx_(std::make_unique<Context>(device, options.cuda_workspace_bytes, [this](size_t b) { note_alloc(b); },
+                                     [this](size_t b) { note_free(b); })),
       staging_(std::make_unique<Staging>(device)) {
   refresh_device_memory();
 }
@@ -308,6 +309,8 @@ void CudaBackend::graph_launch_impl(int id) {
 
 }  // namespace cuda
 
-std::unique_ptr<Backend> create_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+std::unique_ptr<Backend> create_cuda_backend(int device, const BackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(device, options);
+}
 
 }  // namespace mpx

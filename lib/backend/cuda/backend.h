@@ -14,7 +14,7 @@ namespace mpx::cuda {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device);
+  CudaBackend(int device, const BackendOptions& options);
   ~CudaBackend() override;
 
   DeviceInfo info() const override;

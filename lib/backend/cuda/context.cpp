@@ -21,7 +21,8 @@ void log_failure(const char* what, cudaError_t e) {
 }
 }  // namespace
 
-Context::Context(int device, std::function<void(size_t)> on_alloc, std::function<void(size_t)> on_free)
+Context::Context(int device, size_t workspace_budget, std::function<void(size_t)> on_alloc,
+                 std::function<void(size_t)> on_free)
     : device_(device), on_alloc_(std::move(on_alloc)), on_free_(std::move(on_free)) {
   MPX_CUDA_CHECK(cudaSetDevice(device));
   MPX_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
@@ -31,15 +32,7 @@ Context::Context(int device, std::function<void(size_t)> on_alloc, std::function
   MPX_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
   MPX_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_flag_), sizeof(int)));
   MPX_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_flag_), sizeof(int)));
-  size_t mb = 512;
-  if (const char* e = std::getenv("MPX_CUDA_WORKSPACE_MB")) {
-    try {
-      mb = static_cast<size_t>(std::stoul(e));
-    } catch (...) {
-      spdlog::warn("MPX_CUDA_WORKSPACE_MB='{}' is not a number; using 512", e);
-    }
-  }
-  workspace_budget_ = mb << 20;
+  workspace_budget_ = workspace_budget;
 }
 
 Context::~Context() {

@@ -63,7 +63,9 @@ class Context {
  public:
   /// Selects `device`, creates the stream and handles. on_alloc(+bytes) / on_free(bytes)
   /// feed the backend's memory accounting.
-  Context(int device, std::function<void(size_t)> on_alloc, std::function<void(size_t)> on_free);
+  /// `workspace_budget`: bytes the cuDNN/cuBLASLt workspace may grow to (cuda.workspace_mb).
+  Context(int device, size_t workspace_budget, std::function<void(size_t)> on_alloc,
+          std::function<void(size_t)> on_free);
   ~Context();  // only logs on failure
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+// Test-set evaluation (evaluate.h).
+#include "train/evaluate.h"
+
+#include <algorithm>
+
+#include "train/session.h"
+
+namespace mpx {
+
+EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm) {
+  double loss = 0, correct = 0;
+  const int64_t B = bb.max_batch;
+  const int64_t world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t begin = ds.size() * rank / world, end = ds.size() * (rank + 1) / world;
+  for (int64_t i = begin; i < end; i += B) {
+    const int64_t n = std::min(B, end - i);
+    const Tensor x = bb.images(n), y = bb.labels(n);
+    be.upload(x, ds.images.data() + i * ds.image_bytes());
+    be.upload(y, ds.labels.data() + i);
+    const Tensor logits = model.forward(x, false);
+    be.softmax_cross_entropy(logits, y, 1.0f, bb.loss(), bb.correct(), Tensor());
+    float l = 0, c = 0;
+    be.download(&l, bb.loss());
+    be.download(&c, bb.correct());
+    loss += static_cast<double>(l);
+    correct += static_cast<double>(c);
+  }
+  if (world > 1) {
+    double v[2] = {loss, correct};
+    comm->all_reduce_sum(v, 2);
+    loss = v[0], correct = v[1];
+  }
+  EvalResult r;
+  r.count = ds.size();
+  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
+  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
+  r.policy = policy_name(model.policy());
+  return r;
+}
+
+namespace {
+
+EvalResult evaluate_from(const Config& cfg, const std::string& weights, const std::string& checkpoint) {
+  Session s(cfg);
+  s.start_backend();
+  s.load_data(DataNeed::Test);
+  const int64_t B = std::max<int64_t>(1, cfg.data.batch_size);
+  std::unique_ptr<Model> model = s.make_model(B);
+  s.init_weights(*model, weights, checkpoint);
+  BatchBuffers bb(s.backend(), B, s.H(), s.W(), s.C(), s.num_classes());
+  return evaluate_model(s.backend(), *model, bb, s.test_data());
+}
+
+}  // namespace
+
+EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint) {
+  return evaluate_from(cfg, "", checkpoint);
+}
+
+EvalResult evaluate_weights(const Config& cfg, const std::string& weights) { return evaluate_from(cfg, weights, ""); }
+
+}  // namespace mpx

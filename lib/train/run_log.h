@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// What a training run tells people and scripts while it runs: the live
+// progress line on a terminal, the log lines (console and train.log) and the
+// metrics.jsonl records (docs/design.md "The run directory").
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/metrics.h"
+#include "train/run_dir.h"
+
+namespace mpx {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t);
+/// "42s", "3m07s", "2h05m09s"; "?" when unknown.
+std::string format_duration(double s);
+
+/// The live progress line on a terminal ('\r' updates), cleared before log lines.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on) {}
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  bool on() const { return on_; }
+  void show(const std::string& s);
+  void clear();
+
+ private:
+  bool on_;
+  bool shown_ = false;
+  Clock::time_point last_{};
+};
+
+/// One log window's figures (every log_every steps).
+struct StepRecord {
+  int64_t epoch = 0, epochs = 0, pos = 0, steps_per_epoch = 0, global_step = 0;
+  double loss = 0, accuracy = 0, lr = 0, loss_scale = 1, images_per_sec = 0, eta_seconds = 0;
+  int64_t skipped_total = 0;
+  size_t memory_bytes = 0;
+};
+
+/// @brief The run's log outputs; rank 0 writes the files, other ranks only log.
+class RunLog {
+ public:
+  /// Opens train.log under `dir` (rank 0); `progress`: show the live line.
+  RunLog(const std::string& dir, bool rank0, bool progress);
+  /// Opens metrics.jsonl (appending when resuming into the same run).
+  void open_metrics(bool append);
+
+  /// The step log line (train.log; the console too unless the progress line shows it)
+  /// and its metrics.jsonl record.
+  void step(const StepRecord& r);
+  /// The live line.
+  void progress(const std::string& line) { progress_.show(line); }
+  void clear_progress() { progress_.clear(); }
+  /// One metrics.jsonl record as is.
+  void record(const nlohmann::json& rec);
+  void flush();
+
+ private:
+  std::string dir_;
+  bool rank0_;
+  std::optional<LogFileSink> file_;
+  std::optional<MetricsWriter> metrics_;
+  Progress progress_;
+};
+
+}  // namespace mpx

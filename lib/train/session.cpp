@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// The shared set-up of every command (session.h).
+#include "train/session.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/train_state.h"
+#include "train/weights.h"
+
+namespace mpx {
+
+Shape config_input_shape(const Config& cfg) {
+  const auto& s = cfg.model.input_shape;
+  if (s.size() == 3) return Shape{s[0], s[1], s[2]};
+  if (cfg.data.dataset == "cifar10") return Shape{32, 32, 3};
+  if (cfg.data.dataset == "mnist" || cfg.data.dataset == "fashion_mnist" || cfg.data.dataset == "synthetic")
+    return Shape{28, 28, 1};
+  throw ConfigError(fmt::format("{}: cannot tell the model's input shape: set model.input_shape", cfg.source));
+}
+
+namespace {
+
+/// Inputs [H, W, C] from the dataset, checked against model.input_shape when given.
+void check_input_shape(const Config& cfg, const Dataset& ds) {
+  const auto& s = cfg.model.input_shape;
+  if (s.empty()) return;
+  if (s.size() != 3 || s[0] != ds.H || s[1] != ds.W || s[2] != ds.C) {
+    std::string got;
+    for (size_t i = 0; i < s.size(); ++i) got += (i ? ", " : "") + std::to_string(s[i]);
+    throw ConfigError(fmt::format("model.input_shape [{}] does not match the data set {} ([{}, {}, {}])", got,
+                                  cfg.data.dataset, ds.H, ds.W, ds.C));
+  }
+}
+
+}  // namespace
+
+Session::Session(const Config& cfg) : given_(cfg), cfg_(cfg), device_(resolve_device(cfg.device)) {}
+
+void Session::resolve_policy_for(const DeviceInfo& info) {
+  target_ = info;
+  const Policy p = resolve_policy(given_.policy, info, &policy_reason_);
+  auto_fell_back_ = given_.policy == Policy::Auto && p == Policy::Float32;
+  cfg_.policy = p;
+  cfg_.loss_scale.mode = effective_loss_scale_mode(given_.loss_scale, p);
+  cfg_.loss_scale.mode_explicit = true;
+}
+
+void Session::start_backend() {
+  BackendOptions o;
+  o.cuda_workspace_bytes = static_cast<size_t>(cfg_.cuda.workspace_mb) << 20;
+  backend_ = create_backend(device_.device, o);
+  target_visible_ = true;
+  resolve_policy_for(backend_->info());
+}
+
+void Session::plan_on_cpu() {
+  plan_only_ = true;
+  backend_ = create_backend("cpu");
+  DeviceInfo info = backend_->info();
+  target_visible_ = device_.device == "cpu";
+  if (device_.device != "cpu") {
+    const auto gpus = cuda_devices();
+    const int index = device_.device.size() > 5 ? std::atoi(device_.device.c_str() + 5) : 0;
+    if (index >= 0 && index < static_cast<int>(gpus.size())) {
+      info = gpus[static_cast<size_t>(index)];
+      target_visible_ = true;
+    }
+  }
+  resolve_policy_for(info);
+  const Shape in = config_input_shape(cfg_);
+  H_ = static_cast<int>(in[0]), W_ = static_cast<int>(in[1]), C_ = static_cast<int>(in[2]);
+}
+
+void Session::set_shape(const Dataset& ds) {
+  H_ = ds.H, W_ = ds.W, C_ = ds.C, K_ = ds.num_classes;
+}
+
+void Session::load_data(DataNeed need) {
+  switch (need) {
+    case DataNeed::None: {
+      const Shape in = config_input_shape(cfg_);
+      H_ = static_cast<int>(in[0]), W_ = static_cast<int>(in[1]), C_ = static_cast<int>(in[2]);
+      return;
+    }
+    case DataNeed::Test:
+      test_ = load_dataset(cfg_.data, Split::Test, cfg_.seed);
+      check_input_shape(cfg_, test_);
+      set_shape(test_);
+      return;
+    case DataNeed::TrainAndTest:
+      train_ = load_dataset(cfg_.data, Split::Train, cfg_.seed);
+      test_ = load_dataset(cfg_.data, Split::Test, cfg_.seed);
+      check_input_shape(cfg_, train_);
+      if (test_.H != train_.H || test_.W != train_.W || test_.C != train_.C)
+        throw DataError("the test split's image shape differs from the training split's");
+      has_train_ = true;
+      set_shape(train_);
+      return;
+    case DataNeed::TrainIfPresent:
+      try {
+        train_ = load_dataset(cfg_.data, Split::Train, cfg_.seed);
+        check_input_shape(cfg_, train_);
+        has_train_ = true;
+        set_shape(train_);
+      } catch (const DataError& e) {
+        data_note_ = e.what();
+        load_data(DataNeed::None);
+      }
+      return;
+  }
+}
+
+std::unique_ptr<Model> Session::make_model(int64_t batch) const { return make_model(batch, cfg_.policy, cfg_); }
+
+std::unique_ptr<Model> Session::make_model(int64_t batch, Policy policy, const Config& cfg) const {
+  auto m = std::make_unique<Model>(cfg, policy, *backend_, H_, W_, C_, K_, batch);
+  if (plan_only_) return m;  // never runs: the normalization is for training's data
+  std::vector<double> mean = cfg.data.mean, stdv = cfg.data.std;
+  if (mean.empty() || stdv.empty()) default_normalization(cfg.data.dataset, mean, stdv);
+  m->set_input_normalization(mean, stdv);
+  return m;
+}
+
+std::string Session::init_weights(Model& m, const std::string& weights, const std::string& checkpoint) {
+  m.init_params(cfg_.seed);
+  if (!weights.empty()) {
+    const WeightsLayout l = import_weights(m, *backend_, cfg_, input_shape(), weights);
+    return fmt::format("{} ({} layout)", weights, weights_layout_name(l));
+  }
+  if (!checkpoint.empty()) {
+    const std::string path = resolve_checkpoint_path(checkpoint);
+    const Checkpoint ck = load_checkpoint(path);
+    restore_model(*backend_, m, ck, path, cfg_);
+    return fmt::format("{} (step {})", path, ck.header.global_step);
+  }
+  if (!cfg_.weights.init_from.empty()) {
+    const WeightsLayout l = import_weights(m, *backend_, cfg_, input_shape(), cfg_.weights.init_from);
+    return fmt::format("{} ({} layout)", cfg_.weights.init_from, weights_layout_name(l));
+  }
+  return fmt::format("initialization with seed {}", cfg_.seed);
+}
+
+}  // namespace mpx

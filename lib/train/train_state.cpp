@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+// TrainState <-> checkpoint (train_state.h).
+#include "train/train_state.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace mpx {
+
+double EpochSums::loss() const { return count ? loss_sum / static_cast<double>(count) : std::nan(""); }
+double EpochSums::accuracy() const { return count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0; }
+
+namespace {
+
+std::vector<float> download_all(Backend& be, const Tensor& t) {
+  if (t.empty()) return {};
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  be.download(v.data(), t);
+  return v;
+}
+
+}  // namespace
+
+void restore_model(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg) {
+  if (ck.header.num_params != m.num_params() || ck.header.num_state != m.num_state()) {
+    throw ConfigError(fmt::format(
+        "checkpoint '{}' (config '{}') holds {} parameters and {} state values, but the model of config '{}' has {} "
+        "parameters and {} state values: the checkpoint was written for another model",
+        path, ck.header.config_name, ck.header.num_params, ck.header.num_state, cfg.name, m.num_params(),
+        m.num_state()));
+  }
+  if (m.num_params() > 0) be.upload(m.master(), ck.master.data());
+  if (m.num_state() > 0) be.upload(m.state(), ck.state.data());
+  m.refresh_compute_copy();
+}
+
+Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const TrainState& st, int64_t epoch,
+                           int64_t step_in_epoch, double wall_seconds, const TrainedParts& parts) {
+  Checkpoint c;
+  CheckpointHeader& h = c.header;
+  h.config_name = cfg.name;
+  h.policy = policy_name(cfg.policy);
+  h.device = who.device;
+  h.optimizer = cfg.optimizer.name;
+  h.dataset = cfg.data.dataset;
+  h.seed = cfg.seed;
+  h.batch_size = cfg.data.batch_size;
+  h.world_size = who.world_size;
+  h.num_params = parts.model.num_params();
+  h.num_state = parts.model.num_state();
+  h.epoch = epoch;
+  h.step_in_epoch = step_in_epoch;
+  h.global_step = st.global_step;
+  h.applied_updates = parts.opt.applied_updates();
+  h.scaler = parts.scaler.state();
+  h.schedule = parts.sched.state();
+  h.best_test_accuracy = st.best_test_accuracy;
+  h.last_test_accuracy = st.last_test_accuracy;
+  h.last_test_loss = st.last_test_loss;
+  const bool mid_epoch = step_in_epoch != 0;
+  h.epoch_loss_sum = mid_epoch ? st.sums.loss_sum : 0.0;
+  h.epoch_correct = mid_epoch ? st.sums.correct : 0;
+  h.epoch_count = mid_epoch ? st.sums.count : 0;
+  h.epoch_skipped = mid_epoch ? st.sums.skipped : 0;
+  h.wall_seconds = wall_seconds;
+  h.final_train_loss = st.final_train_loss;
+  h.final_train_accuracy = st.final_train_accuracy;
+  c.master = download_all(parts.be, parts.model.master());
+  c.state = download_all(parts.be, parts.model.state());
+  c.opt1 = parts.opt.download_state1();
+  c.opt2 = parts.opt.download_state2();
+  return c;
+}
+
+TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, const Config& cfg,
+                              int64_t steps_per_epoch, const TrainedParts& parts) {
+  const CheckpointHeader& h = ck.header;
+  restore_model(parts.be, parts.model, ck, path, cfg);
+  if (h.optimizer != cfg.optimizer.name)
+    throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'", path,
+                                  h.optimizer, cfg.optimizer.name));
+  parts.opt.upload_state(ck.opt1, ck.opt2);
+  parts.opt.set_applied_updates(h.applied_updates);
+  parts.scaler.set_state(h.scaler);
+  parts.sched.set_state(h.schedule);
+  TrainState st;
+  st.epoch = h.epoch;
+  st.step_in_epoch = h.step_in_epoch;
+  st.global_step = h.global_step;
+  st.best_test_accuracy = h.best_test_accuracy;
+  st.last_test_accuracy = h.last_test_accuracy;
+  st.last_test_loss = h.last_test_loss;
+  st.sums.loss_sum = h.epoch_loss_sum;
+  st.sums.correct = h.epoch_correct;
+  st.sums.count = h.epoch_count;
+  st.sums.skipped = h.epoch_skipped;
+  st.prior_wall_seconds = h.wall_seconds;
+  st.final_train_loss = h.final_train_loss;
+  st.final_train_accuracy = h.final_train_accuracy;
+  if (st.step_in_epoch >= steps_per_epoch) {
+    ++st.epoch;
+    st.step_in_epoch = 0;
+  }
+  return st;
+}
+
+}  // namespace mpx

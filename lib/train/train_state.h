@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// The state of a training run beyond the weights, and the one mapping between
+// a run and its checkpoint file (checkpoint.h): position, best and last test
+// results, the running sums of a partial epoch, the optimizer's state arenas,
+// the loss scaler and the schedule. --resume restores exactly what save wrote.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "nn/model.h"
+#include "train/checkpoint.h"
+#include "train/loss_scaler.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace mpx {
+
+/// The running sums of the current epoch's training steps.
+struct EpochSums {
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0, skipped = 0;
+  double loss() const;      // mean, NaN before any counted step
+  double accuracy() const;  // 0 before any counted step
+};
+
+struct TrainState {
+  // Position: the next step to run is batch `step_in_epoch` of epoch `epoch` (0-based).
+  int64_t epoch = 0, step_in_epoch = 0, global_step = 0;
+  double best_test_accuracy = 0, last_test_accuracy = 0, last_test_loss = 0;
+  EpochSums sums;
+  double prior_wall_seconds = 0;  // training time of the runs before this one
+  double final_train_loss = 0, final_train_accuracy = 0;
+};
+
+/// What is trained: the parts a checkpoint holds beyond TrainState.
+struct TrainedParts {
+  Backend& be;
+  Model& model;
+  Optimizer& opt;
+  LossScaler& scaler;
+  LrSchedule& sched;
+};
+
+/// Who wrote it (the header's identity fields).
+struct RunIdentity {
+  std::string device;
+  int64_t world_size = 1;
+};
+
+/// @brief Loads the master weights and batch-norm state of `ck` into `m` after checking
+/// that they fit (ConfigError naming the file and both models otherwise), then refreshes
+/// the 16-bit compute copy.
+void restore_model(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg);
+
+/// @brief The checkpoint of position (`epoch`, `step_in_epoch`): at an epoch boundary
+/// (step 0) the epoch's sums are not carried. `wall_seconds`: training time so far.
+Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const TrainState& st, int64_t epoch,
+                           int64_t step_in_epoch, double wall_seconds, const TrainedParts& parts);
+
+/// @brief Restores weights, optimizer, scaler and schedule from `ck` and returns the
+/// state to continue from (an epoch finished at its last step continues with the next).
+/// Throws ConfigError when the checkpoint does not fit the config.
+TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, const Config& cfg,
+                              int64_t steps_per_epoch, const TrainedParts& parts);
+
+}  // namespace mpx
