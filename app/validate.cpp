@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "nn/model.h"
 #include "nn/tensor_cores.h"
+#include "train/optimizer.h"
 #include "train/session.h"
 #include "train/trainer.h"
 
@@ -25,12 +26,6 @@ struct ValidateArgs {
   std::string config;
   std::vector<std::string> sets;
 };
-
-size_t optimizer_state_bytes(const Config& cfg, size_t master_bytes) {
-  const auto& o = cfg.optimizer;
-  if (o.name == "sgd") return o.momentum != 0.0 ? master_bytes : 0;
-  return 2 * master_bytes;  // adam / adamw: m and v
-}
 
 void run_validate(const ValidateArgs& a) {
   const Config cfg = load_config(a.config, a.sets);
@@ -57,7 +52,7 @@ void run_validate(const ValidateArgs& a) {
   std::unique_ptr<Model> model_ptr = session->make_model(batch);
   const Model& model = *model_ptr;
   const MemoryReport m = model.memory_report();
-  const size_t opt_bytes = optimizer_state_bytes(cfg, m.master_bytes);
+  const size_t opt_bytes = Optimizer::state_bytes_for(cfg.optimizer, model.num_params());
 
   const std::string yaml = to_yaml(cfg);
   std::cout << "# resolved configuration (" << a.config << ")\n" << yaml;

@@ -139,7 +139,13 @@ struct SectionRef {
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
   MPX_CHECK(static_cast<int64_t>(c.master.size()) == c.header.num_params);
   MPX_CHECK(static_cast<int64_t>(c.state.size()) == c.header.num_state);
-  const SectionRef sections[] = {{"master", &c.master}, {"state", &c.state}, {"opt1", &c.opt1}, {"opt2", &c.opt2}};
+  std::vector<std::string> names = {"master", "state"};
+  std::vector<SectionRef> sections = {{nullptr, &c.master}, {nullptr, &c.state}};
+  for (size_t i = 0; i < c.opt.size(); ++i) {
+    names.push_back("opt" + std::to_string(i + 1));
+    sections.push_back({nullptr, &c.opt[i]});
+  }
+  for (size_t i = 0; i < sections.size(); ++i) sections[i].name = names[i].c_str();
 
   // The header holds every section's offset, which depends on the header's own
   // length: lay it out with placeholder offsets, then fix them (the width of the
@@ -219,12 +225,18 @@ Checkpoint load_checkpoint(const std::string& path) {
   } catch (const json::exception& e) {
     throw corrupt(16, std::string("unreadable header: ") + e.what());
   }
-  std::vector<float>* dst[] = {&c.master, &c.state, &c.opt1, &c.opt2};
-  const char* names[] = {"master", "state", "opt1", "opt2"};
   const json& secs = j.at("sections");
-  if (!secs.is_array() || secs.size() != 4) throw corrupt(16, "the header does not list the 4 sections");
+  if (!secs.is_array() || secs.size() < 2 || secs.size() > 64)
+    throw corrupt(16, "the header does not list the sections (master, state, opt1..optN)");
+  c.opt.resize(secs.size() - 2);
+  std::vector<std::vector<float>*> dst = {&c.master, &c.state};
+  std::vector<std::string> names = {"master", "state"};
+  for (size_t i = 0; i < c.opt.size(); ++i) {
+    dst.push_back(&c.opt[i]);
+    names.push_back("opt" + std::to_string(i + 1));
+  }
   uint64_t off = 20 + hlen;
-  for (size_t i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < dst.size(); ++i) {
     const json& s = secs[i];
     uint64_t count = 0, soff = 0;
     uint32_t crc = 0;

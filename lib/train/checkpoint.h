@@ -11,7 +11,8 @@
 //                          "sections": [{name, offset, count, crc32}])
 //   offset 16+H   u32      CRC32 (zlib) of the header bytes
 //   offset 20+H   sections, contiguous, in header order, each `count` float32:
-//                 master, state, opt1, opt2 (empty ones have count 0)
+//                 master, state, then opt1..optN: the optimizer's N state arenas
+//                 (empty ones have count 0; SGD writes 1, Adam 2)
 //   file size = 20 + H + 4 * sum(count); each section's CRC32 is in the header.
 #pragma once
 
@@ -50,8 +51,8 @@ struct Checkpoint {
   CheckpointHeader header;
   std::vector<float> master;  // num_params
   std::vector<float> state;   // num_state (batch-norm moving statistics)
-  std::vector<float> opt1;    // Adam m / SGD momentum (empty when the optimizer keeps none)
-  std::vector<float> opt2;    // Adam v (empty for SGD)
+  /// The optimizer's state arenas in its order (Adam: m, v; SGD: momentum, empty without).
+  std::vector<std::vector<float>> opt;
 };
 
 /// Writes `c` to `path` atomically (temp file, fsync, rename, fsync folder). Throws Error.

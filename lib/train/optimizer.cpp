@@ -6,32 +6,42 @@
 
 namespace mpx {
 
+int Optimizer::num_arenas(const OptimizerConfig& cfg) {
+  if (cfg.name == "sgd") return 1;
+  if (cfg.name == "adam" || cfg.name == "adamw") return 2;
+  throw ConfigError("optimizer.name: unknown optimizer '" + cfg.name + "' (expected sgd | adam | adamw)");
+}
+
 Optimizer::Optimizer(const OptimizerConfig& cfg, Backend& backend, int64_t num_params)
     : cfg_(cfg), backend_(backend), n_(num_params) {
-  bool two = false, one = false;
+  const int arenas = num_arenas(cfg);
+  std::vector<const char*> what = {"optimizer state m", "optimizer state v"};
   if (cfg.name == "sgd") {
     kind_ = OptimizerStep::Kind::Sgd;
-    one = cfg.momentum != 0.0;
-  } else if (cfg.name == "adam") {
-    kind_ = OptimizerStep::Kind::Adam;
-    one = two = true;
-  } else if (cfg.name == "adamw") {
-    kind_ = OptimizerStep::Kind::AdamW;
-    one = two = true;
+    what = {"optimizer momentum"};
   } else {
-    throw ConfigError("optimizer.name: unknown optimizer '" + cfg.name + "' (expected sgd | adam | adamw)");
+    kind_ = cfg.name == "adam" ? OptimizerStep::Kind::Adam : OptimizerStep::Kind::AdamW;
   }
-  const size_t bytes = static_cast<size_t>(n_) * sizeof(float);
-  if (one && n_ > 0) {
-    buf1_ = backend.alloc(bytes, cfg.name == "sgd" ? "optimizer momentum" : "optimizer state m");
-    state1_ = buf1_.view(DType::F32, Shape{n_});
-    backend.fill(state1_, 0.0f);
+  const bool keeps = state_bytes_for(cfg, 1) > 0;
+  states_.resize(static_cast<size_t>(arenas));
+  bufs_.resize(static_cast<size_t>(arenas));
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (!keeps || n_ == 0) continue;
+    bufs_[i] = backend.alloc(static_cast<size_t>(n_) * sizeof(float), what[i]);
+    states_[i] = bufs_[i].view(DType::F32, Shape{n_});
+    backend.fill(states_[i], 0.0f);
   }
-  if (two && n_ > 0) {
-    buf2_ = backend.alloc(bytes, "optimizer state v");
-    state2_ = buf2_.view(DType::F32, Shape{n_});
-    backend.fill(state2_, 0.0f);
-  }
+}
+
+size_t Optimizer::state_bytes_for(const OptimizerConfig& cfg, int64_t num_params) {
+  if (cfg.name == "sgd" && cfg.momentum == 0.0) return 0;  // plain SGD keeps no state
+  return static_cast<size_t>(num_arenas(cfg)) * static_cast<size_t>(num_params) * sizeof(float);
+}
+
+size_t Optimizer::state_bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : states_) b += t.empty() ? 0 : t.bytes();
+  return b;
 }
 
 OptimizerStep Optimizer::step_params(double lr, int64_t t) const {
@@ -49,38 +59,41 @@ OptimizerStep Optimizer::step_params(double lr, int64_t t) const {
 }
 
 void Optimizer::step(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, double lr) {
-  backend_.optimizer_step(step_params(lr, applied_ + 1), master, grads, state1_, state2_, compute_copy);
+  backend_.optimizer_step(step_params(lr, applied_ + 1), master, grads, state1(), state2(), compute_copy);
   ++applied_;
 }
 
 void Optimizer::step_on_device(const Tensor& master, const Tensor& grads, const Tensor& compute_copy,
                                const Tensor& step_state, const Tensor& lr) {
-  backend_.optimizer_step_state(step_params(0.0, 1), master, grads, state1_, state2_, compute_copy, step_state, lr);
+  backend_.optimizer_step_state(step_params(0.0, 1), master, grads, state1(), state2(), compute_copy, step_state,
+                                lr);
 }
 
-std::vector<float> Optimizer::download_state1() const {
-  if (state1_.empty()) return {};
-  std::vector<float> v(static_cast<size_t>(state1_.numel()));
-  backend_.download(v.data(), state1_);
-  return v;
+std::vector<std::vector<float>> Optimizer::download_states() const {
+  std::vector<std::vector<float>> out(states_.size());
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (states_[i].empty()) continue;
+    out[i].resize(static_cast<size_t>(states_[i].numel()));
+    backend_.download(out[i].data(), states_[i]);
+  }
+  return out;
 }
 
-std::vector<float> Optimizer::download_state2() const {
-  if (state2_.empty()) return {};
-  std::vector<float> v(static_cast<size_t>(state2_.numel()));
-  backend_.download(v.data(), state2_);
-  return v;
-}
-
-void Optimizer::upload_state(const std::vector<float>& s1, const std::vector<float>& s2) {
-  const size_t n1 = state1_.empty() ? 0 : static_cast<size_t>(state1_.numel());
-  const size_t n2 = state2_.empty() ? 0 : static_cast<size_t>(state2_.numel());
-  if (s1.size() != n1 || s2.size() != n2)
-    throw ConfigError("the checkpoint's optimizer state (" + std::to_string(s1.size()) + " + " +
-                      std::to_string(s2.size()) + " values) does not fit optimizer '" + cfg_.name + "' (" +
-                      std::to_string(n1) + " + " + std::to_string(n2) + ")");
-  if (n1) backend_.upload(state1_, s1.data());
-  if (n2) backend_.upload(state2_, s2.data());
+void Optimizer::upload_states(const std::vector<std::vector<float>>& s) {
+  auto sizes = [](const std::vector<size_t>& v) {
+    std::string t;
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? " + " : "") + std::to_string(v[i]);
+    return t.empty() ? std::string("none") : t;
+  };
+  std::vector<size_t> want, got;
+  for (const Tensor& t : states_) want.push_back(t.empty() ? 0 : static_cast<size_t>(t.numel()));
+  for (const auto& v : s) got.push_back(v.size());
+  while (got.size() > want.size() && got.back() == 0) got.pop_back();  // a file with more (empty) arenas
+  if (want != got)
+    throw ConfigError("the checkpoint's optimizer state (" + sizes(got) + " values) does not fit optimizer '" +
+                      cfg_.name + "' (" + sizes(want) + ")");
+  for (size_t i = 0; i < states_.size(); ++i)
+    if (!states_[i].empty()) backend_.upload(states_[i], s[i].data());
 }
 
 }  // namespace mpx

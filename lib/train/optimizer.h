@@ -37,18 +37,22 @@ class Optimizer {
   void set_applied_updates(int64_t n) { applied_ = n; }
 
   const std::string& name() const { return cfg_.name; }
+  /// The state arenas of an optimizer, each as long as the master arena, in checkpoint
+  /// order (SGD: momentum, empty without momentum; Adam/AdamW: m, v).
+  static int num_arenas(const OptimizerConfig& cfg);
+  /// Bytes of state it keeps for `num_params` parameters (plain SGD keeps none).
+  static size_t state_bytes_for(const OptimizerConfig& cfg, int64_t num_params);
+  const std::vector<Tensor>& states() const { return states_; }
   /// Momentum (SGD) or m (Adam); empty for SGD without momentum.
-  Tensor state1() const { return state1_; }
+  Tensor state1() const { return arena(0); }
   /// v (Adam); empty for SGD.
-  Tensor state2() const { return state2_; }
-  size_t state_bytes() const {
-    return (state1_.empty() ? 0 : state1_.bytes()) + (state2_.empty() ? 0 : state2_.bytes());
-  }
+  Tensor state2() const { return arena(1); }
+  size_t state_bytes() const;
 
-  /// Host copies for checkpoints, and the way back.
-  std::vector<float> download_state1() const;
-  std::vector<float> download_state2() const;
-  void upload_state(const std::vector<float>& s1, const std::vector<float>& s2);
+  /// Host copies of every arena for checkpoints (an empty arena gives an empty vector), and
+  /// the way back; upload throws ConfigError naming the sizes when they do not fit.
+  std::vector<std::vector<float>> download_states() const;
+  void upload_states(const std::vector<std::vector<float>>& s);
 
   /// The hyper-parameters of the fused pass for this lr and t (tests).
   OptimizerStep step_params(double lr, int64_t t) const;
@@ -58,8 +62,9 @@ class Optimizer {
   Backend& backend_;
   OptimizerStep::Kind kind_ = OptimizerStep::Kind::Adam;
   int64_t n_;
-  Buffer buf1_, buf2_;
-  Tensor state1_, state2_;
+  std::vector<Buffer> bufs_;
+  std::vector<Tensor> states_;
+  Tensor arena(size_t i) const { return i < states_.size() ? states_[i] : Tensor(); }
   int64_t applied_ = 0;
 };
 

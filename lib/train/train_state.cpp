@@ -70,8 +70,7 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.final_train_accuracy = st.final_train_accuracy;
   c.master = download_all(parts.be, parts.model.master());
   c.state = download_all(parts.be, parts.model.state());
-  c.opt1 = parts.opt.download_state1();
-  c.opt2 = parts.opt.download_state2();
+  c.opt = parts.opt.download_states();
   return c;
 }
 
@@ -82,7 +81,7 @@ TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, con
   if (h.optimizer != cfg.optimizer.name)
     throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'", path,
                                   h.optimizer, cfg.optimizer.name));
-  parts.opt.upload_state(ck.opt1, ck.opt2);
+  parts.opt.upload_states(ck.opt);
   parts.opt.set_applied_updates(h.applied_updates);
   parts.scaler.set_state(h.scaler);
   parts.sched.set_state(h.schedule);
