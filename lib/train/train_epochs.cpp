@@ -122,26 +122,23 @@ void TrainRun::run_epochs() {
     if (engine_->pending()) absorb(engine_->flush());
 
     const bool epoch_done = loader_->position() >= steps_per_epoch_;
-    if (stop_kind_ == "interrupted") {
+    if (stop_kind_ == "interrupted" && !epoch_done) {
       // Save the exact position (mid-epoch); the partial epoch's sums go into the checkpoint.
-      if (epoch_done) {
-        st_.final_train_loss = result_.final_train_loss = st_.sums.loss();
-        st_.final_train_accuracy = result_.final_train_accuracy = st_.sums.accuracy();
-        result_.epochs = ++st_.epoch;
-        save("last.ckpt", st_.epoch, 0);
-      } else {
-        save("last.ckpt", st_.epoch, loader_->position());
-      }
+      save("last.ckpt", st_.epoch, loader_->position());
       return;
     }
     st_.final_train_loss = result_.final_train_loss = st_.sums.loss();
     st_.final_train_accuracy = result_.final_train_accuracy = st_.sums.accuracy();
     if (!epoch_done) return;  // max_steps inside the epoch
-    end_epoch(t_epoch, epoch_images, epoch_seconds);
+    // A complete epoch, also when a stop arrived after its last step: its evaluation, metrics
+    // record, best checkpoint and plateau step happen before stopping, so that the resumed run
+    // continues exactly where an uninterrupted one would.
+    const bool saved = end_epoch(t_epoch, epoch_images, epoch_seconds);
+    if (stop_kind_ == "interrupted" && !saved) save("last.ckpt", st_.epoch, 0);
   }
 }
 
-void TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double epoch_seconds) {
+bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double epoch_seconds) {
   const Config& c = cfg();
   const LossScaler& scaler = engine_->scaler();
   const double train_loss = st_.sums.loss(), train_acc = st_.sums.accuracy();
@@ -193,9 +190,10 @@ void TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
   st_.sums = EpochSums{};
   st_.step_in_epoch = 0;
   if (improved) save("best.ckpt", epoch, 0);
-  if (last_epoch || (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0))
-    save("last.ckpt", epoch, 0);
+  const bool save_last = last_epoch || (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
+  if (save_last) save("last.ckpt", epoch, 0);
   log_->flush();
+  return save_last;
 }
 
 void TrainRun::finish() {

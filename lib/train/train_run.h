@@ -49,7 +49,8 @@ class TrainRun {
   void run_epochs();
   /// One epoch's steps from the loader's position; false when the run stops inside it.
   bool run_steps(int64_t& epoch_images, double& epoch_seconds);
-  void end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double epoch_seconds);
+  /// Evaluation, metrics record and checkpoints of a complete epoch; true when last.ckpt was saved.
+  bool end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double epoch_seconds);
   void finish();
   void record_failure(const std::string& status, int code, const std::string& message);
   void finalize();
