@@ -4,6 +4,8 @@
 // inside the CPU backend.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -43,4 +45,22 @@ TEST_CASE("cli env: a bad switch value is exit 2 naming the variable", "[cli][en
   const auto ok = run_mpx("train --no-progress --config c.yaml --run-dir ok", t.path);
   ::unsetenv("MPX_CPU_PROFILE");
   CHECK(ok.code == 0);
+}
+
+TEST_CASE("cli bench: huge --steps is exit 2, SIGTERM stops it with 130", "[cli][bench]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kYaml);
+  const auto big = run_mpx("bench --config c.yaml --steps 9223372036854775807", t.path);
+  CHECK(big.code == 2);
+  CHECK(big.err.find("--steps must be in [1, 1000000000]") != std::string::npos);
+  const auto warm = run_mpx("bench --config c.yaml --steps 1 --warmup 9223372036854775807", t.path);
+  CHECK(warm.code == 2);
+  // A long benchmark, stopped by SIGTERM after a moment.
+  const std::string cmd = "cd " + support::shell_quote(t.path.string()) + " && (" +
+                          support::shell_quote(MPX_BINARY) +
+                          " bench --config c.yaml --steps 100000000 2> bench.err & pid=$!; sleep 2; kill -TERM $pid; "
+                          "wait $pid)";
+  const int status = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(status) == 130);
+  CHECK(support::read_file(t.path / "bench.err").find("bench: interrupted after") != std::string::npos);
 }

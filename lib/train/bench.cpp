@@ -2,6 +2,7 @@
 // `mpx bench` (bench.h).
 #include "train/bench.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -57,6 +58,12 @@ class BenchInput {
   std::vector<int32_t> labels_;
 };
 
+/// SIGINT/SIGTERM during a benchmark: stop now with exit 130 (nothing to save).
+void check_stop(int64_t done) {
+  if (stop_requested().load())
+    throw InterruptedError(fmt::format("bench: interrupted after {} step{}", done, done == 1 ? "" : "s"));
+}
+
 void summarize(const std::vector<double>& ms, int64_t images, BenchResult& r) {
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
@@ -72,8 +79,11 @@ void summarize(const std::vector<double>& ms, int64_t images, BenchResult& r) {
 }  // namespace
 
 BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
-  if (steps <= 0) throw ConfigError("bench: steps must be > 0, got " + std::to_string(steps));
-  if (warmup < 0) throw ConfigError("bench: warmup must be >= 0, got " + std::to_string(warmup));
+  constexpr int64_t kMax = 1000000000;  // keeps warmup + 2 * steps far from overflow
+  if (steps <= 0 || steps > kMax)
+    throw ConfigError(fmt::format("bench: --steps must be in [1, {}], got {}", kMax, steps));
+  if (warmup < 0 || warmup > kMax)
+    throw ConfigError(fmt::format("bench: --warmup must be in [0, {}], got {}", kMax, warmup));
   Session s(cfg);
   s.start_backend();
   Backend& be = s.backend();
@@ -92,6 +102,7 @@ BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
   std::vector<double> ms;
   int64_t images = 0;
   for (int64_t i = 0; i < warmup + steps; ++i) {
+    check_stop(i);
     const uint8_t* x;
     const int32_t* y;
     int64_t n;
@@ -116,6 +127,7 @@ BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
     const auto t0 = Clock::now();
     int64_t block_images = 0;
     for (int64_t i = 0; i < steps; ++i) {
+      check_stop(warmup + steps + i);
       const uint8_t* x;
       const int32_t* y;
       int64_t n;
