@@ -3,6 +3,7 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -36,6 +37,30 @@ void create_run_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "checkpoints", ec);
   if (ec) throw Error("cannot create the run directory '" + dir + "': " + ec.message());
+}
+
+RunDirLock::RunDirLock(const std::string& dir) {
+  const fs::path path = fs::path(dir) / ".lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot open the lock file '" + path.string() + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) throw Error("cannot lock '" + path.string() + "': " + std::strerror(err));
+    const std::string holder = n > 0 ? " (pid " + std::string(buf, static_cast<size_t>(n)) + ")" : "";
+    throw ConfigError("the run directory '" + dir + "' is in use by another mpx train" + holder +
+                      ": wait for it to finish, or give another --run-dir");
+  }
+  // The pid is only for the message a second run prints; the lock holds without it.
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flock
 }
 
 namespace {

@@ -19,6 +19,21 @@ std::string default_run_dir(const std::string& name);
 /// Creates `dir` and its parents (and dir/checkpoints). Throws Error naming the path.
 void create_run_dir(const std::string& dir);
 
+/// @brief Holds `<dir>/.lock` (flock, exclusive) while alive: a second `mpx train` on the
+/// same run directory is refused instead of interleaving its files. The kernel drops the
+/// lock when the process ends, however it ends, so a killed run never leaves it stuck.
+class RunDirLock {
+ public:
+  /// Throws ConfigError (exit 2) naming the directory and the holder's pid when it is taken.
+  explicit RunDirLock(const std::string& dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 /**
  * @brief Writes `path` atomically: `write` fills a temporary file in the same
  * folder, which is flushed, fsync'ed and renamed over `path`; then the folder

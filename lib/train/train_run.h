@@ -14,6 +14,7 @@
 #include "data/dataset.h"
 #include "dist/communicator.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #include "train/run_log.h"
 #include "train/schedule.h"
 #include "train/session.h"
@@ -83,6 +84,7 @@ class TrainRun {
   std::string resume_path_, run_dir_, ckpt_dir_;
   bool append_ = false;
   TrainResult result_;
+  std::unique_ptr<RunDirLock> lock_;  // rank 0: the run directory is this run's alone
   std::unique_ptr<RunLog> log_;
   std::unique_ptr<Communicator> nccl_;  // the GPU gradient all-reduce
   std::unique_ptr<Engine> engine_;

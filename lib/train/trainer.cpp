@@ -82,7 +82,9 @@ void TrainRun::start() {
   if (run_dir_.empty()) run_dir_ = default_run_dir(cfg().name);
   append_ = resume_ && fs::exists(fs::path(run_dir_) / "metrics.jsonl");
   all_ranks("creating the run directory", [&] {
-    if (rank0_) create_run_dir(run_dir_);  // only rank 0 writes the run directory
+    if (!rank0_) return;  // only rank 0 writes the run directory
+    create_run_dir(run_dir_);
+    lock_ = std::make_unique<RunDirLock>(run_dir_);
   });
   ckpt_dir_ = (fs::path(run_dir_) / "checkpoints").string();
   result_.run_dir = run_dir_;
