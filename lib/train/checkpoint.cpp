@@ -86,6 +86,7 @@ json header_to_json(const CheckpointHeader& h) {
   j["wall_seconds"] = h.wall_seconds;
   j["final_train_loss"] = finite_or_null(h.final_train_loss);
   j["final_train_accuracy"] = h.final_train_accuracy;
+  j["params"] = h.params;
   return j;
 }
 
@@ -123,6 +124,7 @@ CheckpointHeader header_from_json(const json& j) {
   h.epoch_correct = j.at("epoch_correct").get<int64_t>();
   h.epoch_count = j.at("epoch_count").get<int64_t>();
   h.epoch_skipped = j.at("epoch_skipped").get<int64_t>();
+  if (j.contains("params")) h.params = j.at("params").get<std::vector<std::string>>();
   h.wall_seconds = j.at("wall_seconds").get<double>();
   h.final_train_loss = number_or_inf(j.at("final_train_loss"));
   h.final_train_accuracy = j.at("final_train_accuracy").get<double>();
@@ -224,6 +226,18 @@ Checkpoint load_checkpoint(const std::string& path) {
     c.header = header_from_json(j);
   } catch (const json::exception& e) {
     throw corrupt(16, std::string("unreadable header: ") + e.what());
+  }
+  {
+    // Values no writer produces: a damaged or hand-made header that still passes its CRC.
+    const CheckpointHeader& h = c.header;
+    const char* bad = nullptr;
+    if (h.epoch < 0 || h.step_in_epoch < 0 || h.global_step < 0) bad = "a negative epoch or step";
+    else if (h.applied_updates < 0 || h.applied_updates > h.global_step) bad = "applied_updates outside [0, global_step]";
+    else if (!(h.scaler.scale > 0) || !std::isfinite(h.scaler.scale)) bad = "a loss scale that is not a positive number";
+    else if (h.batch_size <= 0 || h.world_size <= 0) bad = "a batch size or world size below 1";
+    else if (h.num_params < 0 || h.num_state < 0) bad = "a negative parameter count";
+    else if (h.epoch_count < 0 || h.epoch_correct < 0 || h.epoch_skipped < 0) bad = "negative epoch sums";
+    if (bad) throw corrupt(16, fmt::format("the header holds {}", bad));
   }
   const json& secs = j.at("sections");
   if (!secs.is_array() || secs.size() < 2 || secs.size() > 64)

@@ -3,6 +3,9 @@
 #include "train/train_state.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include <cmath>
 
@@ -23,6 +26,12 @@ std::vector<float> download_all(Backend& be, const Tensor& t) {
 }
 
 }  // namespace
+
+std::vector<std::string> model_signature(const Model& m) {
+  std::vector<std::string> out;
+  for (const ParamInfo& p : m.params()) out.push_back(fmt::format("{}/{} {}", p.layer, p.name, p.shape.str()));
+  return out;
+}
 
 void restore_model(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg) {
   if (ck.header.num_params != m.num_params() || ck.header.num_state != m.num_state()) {
@@ -68,6 +77,7 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.wall_seconds = wall_seconds;
   h.final_train_loss = st.final_train_loss;
   h.final_train_accuracy = st.final_train_accuracy;
+  h.params = model_signature(parts.model);
   c.master = download_all(parts.be, parts.model.master());
   c.state = download_all(parts.be, parts.model.state());
   c.opt = parts.opt.download_states();
@@ -77,10 +87,32 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
 TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, const Config& cfg,
                               int64_t steps_per_epoch, const TrainedParts& parts) {
   const CheckpointHeader& h = ck.header;
+  // Another size: restore_model names both counts. The same size: the shapes must agree too.
+  if (!h.params.empty() && h.num_params == parts.model.num_params() && h.num_state == parts.model.num_state()) {
+    const std::vector<std::string> mine = model_signature(parts.model);
+    for (size_t i = 0; i < std::max(mine.size(), h.params.size()); ++i) {
+      const std::string a = i < h.params.size() ? h.params[i] : "(none)", b = i < mine.size() ? mine[i] : "(none)";
+      if (a != b)
+        throw ConfigError(fmt::format("checkpoint '{}' was written for another model: parameter #{} is {} there "
+                                      "and {} in config '{}' (resume with the config the run started with)",
+                                      path, i, a, b, cfg.name));
+    }
+  }
   restore_model(parts.be, parts.model, ck, path, cfg);
   if (h.optimizer != cfg.optimizer.name)
     throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'", path,
                                   h.optimizer, cfg.optimizer.name));
+  if (h.dataset != cfg.data.dataset)
+    throw ConfigError(fmt::format("checkpoint '{}' was trained on data set '{}', the config reads '{}'", path,
+                                  h.dataset, cfg.data.dataset));
+  if (h.seed != cfg.seed)
+    spdlog::warn("checkpoint '{}' was written by a run with seed {}, the config has {}: shuffling and dropout "
+                 "continue from the new seed (the resumed run is not bit-exact)",
+                 path, h.seed, cfg.seed);
+  if (h.batch_size != cfg.data.batch_size)
+    spdlog::warn("checkpoint '{}' was written with batch size {}, the config has {}: the position in the epoch "
+                 "and the schedule are counted in the new batches (the resumed run is not bit-exact)",
+                 path, h.batch_size, cfg.data.batch_size);
   parts.opt.upload_states(ck.opt);
   parts.opt.set_applied_updates(h.applied_updates);
   parts.scaler.set_state(h.scaler);

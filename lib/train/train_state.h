@@ -55,6 +55,9 @@ struct RunIdentity {
 /// the 16-bit compute copy.
 void restore_model(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg);
 
+/// "layer/name [shape]" of every parameter of `m`, in arena order (the checkpoint's `params`).
+std::vector<std::string> model_signature(const Model& m);
+
 /// @brief The checkpoint of position (`epoch`, `step_in_epoch`): at an epoch boundary
 /// (step 0) the epoch's sums are not carried. `wall_seconds`: training time so far.
 Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const TrainState& st, int64_t epoch,
@@ -62,7 +65,9 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
 
 /// @brief Restores weights, optimizer, scaler and schedule from `ck` and returns the
 /// state to continue from (an epoch finished at its last step continues with the next).
-/// Throws ConfigError when the checkpoint does not fit the config.
+/// The rule (docs/design.md "Resuming"): a different architecture (the parameters' names
+/// and shapes), data set or optimizer is a ConfigError naming what differs; a different
+/// seed or batch size only warns (the run continues, no longer bit-exact).
 TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, const Config& cfg,
                               int64_t steps_per_epoch, const TrainedParts& parts);
 
