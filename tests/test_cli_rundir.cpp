@@ -69,3 +69,15 @@ TEST_CASE("cli run dir: a second train on a busy run directory is refused; SIGKI
   CHECK(WEXITSTATUS(status) == 130);
   CHECK(support::read_file(t.path / "second.log").find("resumed from") != std::string::npos);
 }
+
+TEST_CASE("cli run dir: outputs that cannot be written are exit 6 naming the file", "[cli][rundir]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", std::string(kYaml) + "");
+  write_file(t.path / "taken", "a file, not a folder\n");
+  const auto r = run_mpx("train --no-progress --config c.yaml --set train.epochs=1 --run-dir taken", t.path);
+  CHECK(r.code == 6);
+  CHECK(r.err.find("taken") != std::string::npos);
+  const auto e = run_mpx("export --config c.yaml --out missing/folder/w.safetensors", t.path);
+  CHECK(e.code == 6);
+  CHECK(e.err.find("missing/folder") != std::string::npos);
+}

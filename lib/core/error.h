@@ -15,6 +15,7 @@ enum ExitCode : int {
   kExitData = 3,         // data missing or corrupt
   kExitDiverged = 4,     // training diverged
   kExitOutOfMemory = 5,  // out of device memory
+  kExitIo = 6,           // an output file could not be written (disk full, read-only, not a folder)
   kExitInterrupted = 130,
 };
 
@@ -51,6 +52,13 @@ class DivergedError : public Error {
 class OutOfMemoryError : public Error {
  public:
   explicit OutOfMemoryError(const std::string& msg) : Error(msg, kExitOutOfMemory) {}
+};
+
+/// @brief A run file, checkpoint or export could not be written (exit 6); the message
+/// names the file and the system's reason.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& msg) : Error(msg, kExitIo) {}
 };
 
 /// @brief SIGINT/SIGTERM arrived; thrown after the state was saved (exit 130).

@@ -183,7 +183,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   write_file_atomic(path, [&](std::FILE* f) {
     auto put = [&](const void* p, size_t n) {
       if (n > 0 && std::fwrite(p, 1, n, f) != n)
-        throw Error("cannot write checkpoint '" + path + "': " + std::strerror(errno));
+        throw IoError("cannot write checkpoint '" + path + "': " + std::strerror(errno));
     };
     put(head.data(), head.size());
     for (const auto& s : sections) put(s.data->data(), s.data->size() * sizeof(float));

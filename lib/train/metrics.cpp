@@ -17,7 +17,7 @@ json json_number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); 
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
   f_ = std::fopen(path.c_str(), append ? "ab" : "wb");
-  if (!f_) throw Error("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  if (!f_) throw IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -42,7 +42,7 @@ void MetricsWriter::write(const json& record) {
   sanitize(r);
   const std::string line = r.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
-    throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+    throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
 }
 
 json to_json(const MemoryReport& m) {

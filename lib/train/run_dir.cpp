@@ -36,20 +36,20 @@ std::string default_run_dir(const std::string& name) {
 void create_run_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "checkpoints", ec);
-  if (ec) throw Error("cannot create the run directory '" + dir + "': " + ec.message());
+  if (ec) throw IoError("cannot create the run directory '" + dir + "': " + ec.message());
 }
 
 RunDirLock::RunDirLock(const std::string& dir) {
   const fs::path path = fs::path(dir) / ".lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error("cannot open the lock file '" + path.string() + "': " + std::strerror(errno));
+  if (fd_ < 0) throw IoError("cannot open the lock file '" + path.string() + "': " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {};
     const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    if (err != EWOULDBLOCK) throw Error("cannot lock '" + path.string() + "': " + std::strerror(err));
+    if (err != EWOULDBLOCK) throw IoError("cannot lock '" + path.string() + "': " + std::strerror(err));
     const std::string holder = n > 0 ? " (pid " + std::string(buf, static_cast<size_t>(n)) + ")" : "";
     throw ConfigError("the run directory '" + dir + "' is in use by another mpx train" + holder +
                       ": wait for it to finish, or give another --run-dir");
@@ -77,11 +77,11 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   const fs::path folder = target.parent_path();
   const fs::path tmp = folder / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
+  if (!f) throw IoError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
   try {
     write(f);
-    if (std::fflush(f) != 0 || std::ferror(f)) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-    if (::fsync(::fileno(f)) != 0) throw Error("cannot fsync '" + tmp.string() + "': " + std::strerror(errno));
+    if (std::fflush(f) != 0 || std::ferror(f)) throw IoError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
+    if (::fsync(::fileno(f)) != 0) throw IoError("cannot fsync '" + tmp.string() + "': " + std::strerror(errno));
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());
@@ -89,12 +89,12 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   }
   if (std::fclose(f) != 0) {
     std::remove(tmp.c_str());
-    throw Error("cannot close '" + tmp.string() + "': " + std::strerror(errno));
+    throw IoError("cannot close '" + tmp.string() + "': " + std::strerror(errno));
   }
   if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
-    throw Error("cannot rename '" + tmp.string() + "' to '" + path + "': " + why);
+    throw IoError("cannot rename '" + tmp.string() + "' to '" + path + "': " + why);
   }
   fsync_dir(folder);
 }
@@ -102,7 +102,7 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 void write_file_atomic(const std::string& path, const std::string& contents) {
   write_file_atomic(path, [&](std::FILE* f) {
     if (!contents.empty() && std::fwrite(contents.data(), 1, contents.size(), f) != contents.size())
-      throw Error("cannot write '" + path + "': " + std::strerror(errno));
+      throw IoError("cannot write '" + path + "': " + std::strerror(errno));
   });
 }
 
@@ -113,7 +113,7 @@ class FlushingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   explicit FlushingFileSink(const std::string& path) : path_(path) {
     f_ = std::fopen(path.c_str(), "ab");
-    if (!f_) throw Error("cannot open the log file '" + path + "': " + std::strerror(errno));
+    if (!f_) throw IoError("cannot open the log file '" + path + "': " + std::strerror(errno));
   }
   ~FlushingFileSink() override {
     if (f_) std::fclose(f_);

@@ -280,6 +280,10 @@ void TrainRun::finalize() {
       write_summary((fs::path(run_dir_) / "summary.json").string(), result_);
     } catch (const std::exception& e) {
       spdlog::error("cannot write summary.json: {}", e.what());
+      if (result_.exit_code == kExitOk) {  // the run's record is lost: never report success
+        result_.exit_code = kExitIo;
+        result_.message = e.what();
+      }
     }
   }
   if (result_.status == "completed")
