@@ -58,8 +58,11 @@ void run_export(const ExportArgs& a) {
     spdlog::info("no --checkpoint: exporting the initial weights (seed {})", cfg.seed);
   }
   const StFile f = export_weights(model, *be, cfg, in, layout,
-                                  {{"config", cfg.name}, {"policy", policy}, {"mpx_version", MPX_VERSION},
-                                   {"dataset", cfg.data.dataset}, {"source", source}});
+                                  {{"config", cfg.name},
+                                   {"policy", policy},
+                                   {"mpx_version", MPX_VERSION},
+                                   {"dataset", enum_name(cfg.data.dataset)},
+                                   {"source", source}});
   write_safetensors(a.out, f);
   size_t bytes = 0;
   for (const auto& t : f.tensors) bytes += t.bytes.size();

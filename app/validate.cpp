@@ -34,7 +34,7 @@ void input_shape(const Config& cfg, int& H, int& W, int& C) {
     C = static_cast<int>(s[2]);
     return;
   }
-  if (cfg.data.dataset == "cifar10") {
+  if (cfg.data.dataset == DatasetName::Cifar10) {
     H = W = 32;
     C = 3;
   } else {  // mnist, fashion_mnist, synthetic
@@ -45,7 +45,7 @@ void input_shape(const Config& cfg, int& H, int& W, int& C) {
 
 size_t optimizer_state_bytes(const Config& cfg, size_t master_bytes) {
   const auto& o = cfg.optimizer;
-  if (o.name == "sgd") return o.momentum != 0.0 ? master_bytes : 0;
+  if (o.name == OptimizerName::Sgd) return o.momentum != 0.0 ? master_bytes : 0;
   return 2 * master_bytes;  // adam / adamw: m and v
 }
 

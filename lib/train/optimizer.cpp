@@ -9,21 +9,23 @@ namespace mpx {
 Optimizer::Optimizer(const OptimizerConfig& cfg, Backend& backend, int64_t num_params)
     : cfg_(cfg), backend_(backend), n_(num_params) {
   bool two = false, one = false;
-  if (cfg.name == "sgd") {
-    kind_ = OptimizerStep::Kind::Sgd;
-    one = cfg.momentum != 0.0;
-  } else if (cfg.name == "adam") {
-    kind_ = OptimizerStep::Kind::Adam;
-    one = two = true;
-  } else if (cfg.name == "adamw") {
-    kind_ = OptimizerStep::Kind::AdamW;
-    one = two = true;
-  } else {
-    throw ConfigError("optimizer.name: unknown optimizer '" + cfg.name + "' (expected sgd | adam | adamw)");
+  switch (cfg.name) {
+    case OptimizerName::Sgd:
+      kind_ = OptimizerStep::Kind::Sgd;
+      one = cfg.momentum != 0.0;
+      break;
+    case OptimizerName::Adam:
+      kind_ = OptimizerStep::Kind::Adam;
+      one = two = true;
+      break;
+    case OptimizerName::AdamW:
+      kind_ = OptimizerStep::Kind::AdamW;
+      one = two = true;
+      break;
   }
   const size_t bytes = static_cast<size_t>(n_) * sizeof(float);
   if (one && n_ > 0) {
-    buf1_ = backend.alloc(bytes, cfg.name == "sgd" ? "optimizer momentum" : "optimizer state m");
+    buf1_ = backend.alloc(bytes, cfg.name == OptimizerName::Sgd ? "optimizer momentum" : "optimizer state m");
     state1_ = buf1_.view(DType::F32, Shape{n_});
     backend.fill(state1_, 0.0f);
   }
@@ -77,8 +79,9 @@ void Optimizer::upload_state(const std::vector<float>& s1, const std::vector<flo
   const size_t n2 = state2_.empty() ? 0 : static_cast<size_t>(state2_.numel());
   if (s1.size() != n1 || s2.size() != n2)
     throw ConfigError("the checkpoint's optimizer state (" + std::to_string(s1.size()) + " + " +
-                      std::to_string(s2.size()) + " values) does not fit optimizer '" + cfg_.name + "' (" +
-                      std::to_string(n1) + " + " + std::to_string(n2) + ")");
+                      std::to_string(s2.size()) + " values) does not fit optimizer '" +
+                      std::string(enum_name(cfg_.name)) + "' (" + std::to_string(n1) + " + " + std::to_string(n2) +
+                      ")");
   if (n1) backend_.upload(state1_, s1.data());
   if (n2) backend_.upload(state2_, s2.data());
 }

@@ -36,7 +36,7 @@ class Optimizer {
   int64_t applied_updates() const { return applied_; }
   void set_applied_updates(int64_t n) { applied_ = n; }
 
-  const std::string& name() const { return cfg_.name; }
+  OptimizerName name() const { return cfg_.name; }
   /// Momentum (SGD) or m (Adam); empty for SGD without momentum.
   Tensor state1() const { return state1_; }
   /// v (Adam); empty for SGD.

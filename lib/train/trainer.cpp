@@ -125,7 +125,7 @@ namespace {
 const LayerConfig* last_layer(const std::vector<LayerConfig>& layers) {
   if (layers.empty()) return nullptr;
   const LayerConfig& l = layers.back();
-  if (l.type == "residual") return last_layer(l.layers);
+  if (l.type == LayerType::Residual) return last_layer(l.layers);
   return &l;
 }
 
@@ -144,13 +144,13 @@ std::vector<std::string> precision_warnings(const Config& cfg, Policy resolved, 
                 "and the model may stop learning; use loss_scale.mode dynamic (the default for mixed_float16)");
   }
   if (const LayerConfig* last = last_layer(cfg.model.layers)) {
-    if (last->activation == "softmax") {
+    if (last->activation == ActivationName::Softmax) {
       const DType dt = compute_dtype_for(resolved, last->dtype);
       if (is_16bit(dt)) {
         w.push_back(fmt::format(
             "the output layer '{}' computes in {} and has a softmax: mpx fuses the softmax into the float32 loss, "
             "but its logits are rounded to {} first (Keras: put the output layer in float32 with dtype: float32)",
-            last->name.empty() ? last->type : last->name, dtype_name(dt), dtype_name(dt)));
+            last->name.empty() ? std::string(enum_name(last->type)) : last->name, dtype_name(dt), dtype_name(dt)));
       }
     }
   }
@@ -193,7 +193,7 @@ struct StepOutcome {
 
 bool has_dropout(const std::vector<LayerConfig>& layers) {
   for (const LayerConfig& l : layers)
-    if (l.type == "dropout" || has_dropout(l.layers)) return true;
+    if (l.type == LayerType::Dropout || has_dropout(l.layers)) return true;
   return false;
 }
 
@@ -504,22 +504,23 @@ class Engine {
   }
 
   void setup_sync(LossScaleMode mode) {
-    const std::string& want = cfg_.train.sync;
+    const SyncMode want = cfg_.train.sync;
     const bool gpu = be_.info().name != "cpu";
     std::string why;
-    if (want == "step") {
+    if (want == SyncMode::Step) {
       why = "train.sync: step";
     } else if (world_ > 1) {
       why = "data parallel: the ranks share their verdicts on the host";
     } else if (cfg_.debug.check_numerics) {
       why = "debug.check_numerics scans every layer on the host";
-    } else if (want == "auto" && !gpu) {
+    } else if (want == SyncMode::Auto && !gpu) {
       why = "train.sync: auto on the CPU";
     } else {
       deferred_ = true;
     }
     if (!deferred_) {
-      if (want == "log") spdlog::warn("train.sync: log is not possible here ({}); the step reads back every step", why);
+      if (want == SyncMode::Log)
+        spdlog::warn("train.sync: log is not possible here ({}); the step reads back every step", why);
       sync_what_ = fmt::format("the step reads its loss and verdict back every step ({})", why);
       return;
     }
@@ -692,7 +693,7 @@ class Engine {
 Config strip_layer_dtypes(Config c) {
   std::function<void(std::vector<LayerConfig>&)> strip = [&](std::vector<LayerConfig>& ls) {
     for (auto& l : ls) {
-      l.dtype.clear();
+      l.dtype.reset();
       strip(l.layers);
     }
   };
@@ -860,7 +861,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
   result.run_dir = run_dir;
   result.policy = policy_name(policy);
   result.device = rd.device;
-  result.eval_policy = cfg.train.eval_policy == "float32" ? "float32" : policy_name(policy);
+  result.eval_policy = cfg.train.eval_policy == EvalPolicy::Float32 ? "float32" : policy_name(policy);
   result.final_loss_scale = mode == LossScaleMode::None ? 1.0 : cfg.loss_scale.initial;
   const fs::path dir(run_dir);
   const std::string ckpt_dir = (dir / "checkpoints").string();
@@ -938,7 +939,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
     LossScaler& scaler = engine->scaler();
 
     std::unique_ptr<Model> eval_model;
-    if (cfg.train.eval_policy == "float32" && !model.compute_copy().empty()) {
+    if (cfg.train.eval_policy == EvalPolicy::Float32 && !model.compute_copy().empty()) {
       eval_model = std::make_unique<Model>(strip_layer_dtypes(cfg), Policy::Float32, be, train_ds.H, train_ds.W,
                                            train_ds.C, train_ds.num_classes, local_batch);
       set_normalization(*eval_model, cfg);
@@ -959,7 +960,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       const CheckpointHeader& h = resume->header;
       all_ranks("restoring the checkpoint", [&] {
         restore_weights(be, model, *resume, resume_path, cfg);
-        if (h.optimizer != cfg.optimizer.name)
+        if (h.optimizer != enum_name(cfg.optimizer.name))
           throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'",
                                         resume_path, h.optimizer, cfg.optimizer.name));
       });
@@ -1037,8 +1038,8 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
       h.config_name = cfg.name;
       h.policy = policy_name(policy);
       h.device = rd.device;
-      h.optimizer = cfg.optimizer.name;
-      h.dataset = cfg.data.dataset;
+      h.optimizer = enum_name(cfg.optimizer.name);
+      h.dataset = enum_name(cfg.data.dataset);
       h.seed = cfg.seed;
       h.batch_size = cfg.data.batch_size;
       h.world_size = world_size;
@@ -1270,7 +1271,7 @@ TrainResult train(const Config& cfg_in, const TrainOptions& opts) {
                    "steps this epoch{}",
                    epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc,
                    do_eval ? fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", last_test_loss, last_acc,
-                                         best_acc, cfg.train.eval_policy == "float32" ? ", float32 eval" : "")
+                                         best_acc, cfg.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "")
                            : std::string(),
                    rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), ep_skipped,
                    ep_skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)
@@ -1448,7 +1449,7 @@ BenchResult bench(const Config& cfg_in, int64_t steps, int64_t warmup) {
     H = static_cast<int>(cfg.model.input_shape[0]);
     W = static_cast<int>(cfg.model.input_shape[1]);
     C = static_cast<int>(cfg.model.input_shape[2]);
-  } else if (cfg.data.dataset == "cifar10") {
+  } else if (cfg.data.dataset == DatasetName::Cifar10) {
     H = W = 32, C = 3;
   }
   const int64_t B = cfg.data.batch_size;
