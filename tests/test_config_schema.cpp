@@ -2,7 +2,8 @@
 // The config schema (lib/config/schema_table.cpp) as the one description of
 // every key: a round trip that sets every key of the table to a non-default
 // value and compares the struct fields read back, every key present in
-// to_yaml's output, and the enum name tables.
+// to_yaml's output, the enum name tables, and the keys that replace
+// environment variables.
 #include <yaml-cpp/yaml.h>
 
 #include <catch2/catch.hpp>
@@ -150,4 +151,37 @@ TEST_CASE("schema: enum names round-trip through their one table", "[config][sch
   CHECK(parse_enum<DatasetName>("fashion_mnist") == DatasetName::FashionMnist);
   CHECK_FALSE(parse_enum<Padding>("full").has_value());
   CHECK(std::string(enum_name(LayerDType::BFloat16)) == "bfloat16");
+}
+
+TEST_CASE("schema: dist and cuda keys (defaults, ranges, values)", "[config][schema]") {
+  const std::string base = "data: {dataset: mnist}\nmodel: {layers: [{type: dense, units: 10}]}\n";
+  const Config d = parse_config(base, "x.yaml");
+  CHECK(d.dist.overlap_allreduce == OverlapMode::Auto);
+  CHECK(d.dist.bucket_bytes == 4194304);
+  CHECK(d.cuda.workspace_mb == 512);
+
+  const Config c =
+      parse_config(base + "dist: {overlap_allreduce: off, bucket_bytes: 65536}\ncuda: {workspace_mb: 0}\n", "x.yaml");
+  CHECK(c.dist.overlap_allreduce == OverlapMode::Off);
+  CHECK(c.dist.bucket_bytes == 65536);
+  CHECK(c.cuda.workspace_mb == 0);
+  CHECK(parse_config(base, "x.yaml", {"dist.overlap_allreduce=on"}).dist.overlap_allreduce == OverlapMode::On);
+  const Config r = parse_config(to_yaml(c), "y.yaml");
+  CHECK(r.dist.overlap_allreduce == OverlapMode::Off);
+
+  auto error_of = [&](const std::string& extra) {
+    try {
+      parse_config(base + extra, "x.yaml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("dist: {bucket_bytes: 2}\n") == "x.yaml:3:22: dist.bucket_bytes: expected an integer >= 4, got 2");
+  CHECK(error_of("cuda: {workspace_mb: -1}\n") == "x.yaml:3:22: cuda.workspace_mb: expected an integer >= 0, got -1");
+  CHECK(error_of("dist: {overlap_allreduce: always}\n") ==
+        "x.yaml:3:27: dist.overlap_allreduce: expected one of auto | on | off, got 'always'");
+  CHECK(error_of("cuda: {workspace: 1}\n") ==
+        "x.yaml:3:8: cuda.workspace: unknown key in the cuda section; did you mean 'workspace_mb'? (valid keys: "
+        "workspace_mb)");
 }

@@ -141,6 +141,18 @@ struct WeightsConfig {
   std::string init_from;
 };
 
+/// Data-parallel training (more than one rank).
+struct DistConfig {
+  /// All-reduce gradient buckets while the backward pass runs: Auto = on with NCCL on GPUs, off on the CPU.
+  OverlapMode overlap_allreduce = OverlapMode::Auto;
+  int64_t bucket_bytes = int64_t{4} << 20;  // smallest bucket of the overlapped all-reduce
+};
+
+/// The CUDA backend.
+struct CudaConfig {
+  int64_t workspace_mb = 512;  // cuDNN / cuBLASLt workspace budget
+};
+
 struct Config {
   std::string name = "run";
   uint64_t seed = 42;
@@ -154,6 +166,8 @@ struct Config {
   TrainConfig train;
   DebugConfig debug;
   WeightsConfig weights;
+  DistConfig dist;
+  CudaConfig cuda;
   /// Where it was loaded from ("" for strings), for messages.
   std::string source;
 };

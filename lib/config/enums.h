@@ -65,6 +65,7 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
   X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau")
 #define MPX_SYNC_MODES(X) X(Auto, "auto") X(Step, "step") X(Log, "log")
 #define MPX_EVAL_POLICIES(X) X(Same, "same") X(Float32, "float32")
+#define MPX_OVERLAP_MODES(X) X(Auto, "auto") X(On, "on") X(Off, "off")
 // clang-format on
 
 MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
@@ -79,6 +80,7 @@ MPX_DEFINE_ENUM(OptimizerName, MPX_OPTIMIZERS)
 MPX_DEFINE_ENUM(ScheduleName, MPX_SCHEDULES)
 MPX_DEFINE_ENUM(SyncMode, MPX_SYNC_MODES)
 MPX_DEFINE_ENUM(EvalPolicy, MPX_EVAL_POLICIES)
+MPX_DEFINE_ENUM(OverlapMode, MPX_OVERLAP_MODES)
 
 /// The config spelling of `e` ("conv2d", "mixed_float16", ...).
 template <class E>

@@ -158,6 +158,12 @@ const std::vector<Key<Config>>& config_keys() {
 
     MPX_KEY(weights.init_from, OptStr(),
       "a safetensors file (mpx export, keras or pytorch layout) loaded after initialization"),
+
+    MPX_KEY(dist.overlap_allreduce, Enum<OverlapMode>(),
+      "all-reduce gradient buckets during the backward pass (auto: on with NCCL on GPUs, off on the CPU)"),
+    MPX_KEY(dist.bucket_bytes, Int(4, kI64Max), "smallest bucket of the overlapped all-reduce, in bytes"),
+
+    MPX_KEY(cuda.workspace_mb, Int(0, kI64Max), "cuDNN / cuBLASLt workspace budget in MiB"),
   };
   // clang-format on
   return keys;
