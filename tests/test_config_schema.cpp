@@ -2,8 +2,8 @@
 // The config schema (lib/config/schema_table.cpp) as the one description of
 // every key: a round trip that sets every key of the table to a non-default
 // value and compares the struct fields read back, every key present in
-// to_yaml's output, the enum name tables, and the keys that replace
-// environment variables.
+// to_yaml's output, docs/config.md equal to the generated reference, the
+// enum name tables, and the keys that replaced environment variables.
 #include <yaml-cpp/yaml.h>
 
 #include <catch2/catch.hpp>
@@ -140,6 +140,19 @@ TEST_CASE("schema: every entry has a help line and a distinct path", "[config][s
       CHECK(names.insert(k.path).second);  // one meaning per key and type
     }
   }
+}
+
+TEST_CASE("schema: docs/config.md is the generated reference", "[config][schema][docs]") {
+  const std::filesystem::path doc = std::filesystem::path(MPX_SOURCE_DIR) / "docs" / "config.md";
+  std::ifstream in(doc);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string want = config_reference_markdown();
+  INFO("docs/config.md is stale: regenerate it with `mpx config-reference > docs/config.md`");
+  CHECK(ss.str() == want);
+  for (const auto& k : schema::config_keys()) CHECK_THAT(want, Catch::Contains("`" + k.path + "`"));
+  for (const auto& k : schema::layer_keys()) CHECK_THAT(want, Catch::Contains("`" + k.path + "`"));
 }
 
 TEST_CASE("schema: enum names round-trip through their one table", "[config][schema]") {

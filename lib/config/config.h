@@ -181,5 +181,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 /// @brief The resolved config as YAML: every key, defaults filled in. Loading the
 /// result gives back an equal Config.
 std::string to_yaml(const Config& c);
+/// @brief The config reference (docs/config.md) as Markdown, generated from the schema.
+std::string config_reference_markdown();
 
 }  // namespace mpx

@@ -2,7 +2,8 @@
 // THE config schema: one entry per key (config/schema.h says what reads it).
 // A new key = its field in config/config.h (the member initializer is the
 // default) + one line here; the reader, to_yaml, docs/config.md and the
-// round-trip test pick it up from this table.
+// round-trip test pick it up from this table. Regenerate the reference with
+// `mpx config-reference > docs/config.md` (a test fails while it is stale).
 #include <fmt/format.h>
 
 #include <map>
