@@ -21,6 +21,7 @@ void add_devices_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_config_reference_command(CLI::App& app);
 
 /// The process exit code a command's callback sets (callbacks cannot return one);
 /// main() returns it after a successful parse. Failures that are exceptions

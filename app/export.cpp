@@ -48,7 +48,7 @@ void run_export(const ExportArgs& a) {
     spdlog::info("no --checkpoint: exporting the initial weights (seed {})", cfg.seed);
   const StFile f = export_weights(model, session.backend(), cfg, in, layout,
                                   {{"config", cfg.name}, {"policy", policy}, {"mpx_version", MPX_VERSION},
-                                   {"dataset", cfg.data.dataset}, {"source", source}});
+                                   {"dataset", enum_name(cfg.data.dataset)}, {"source", source}});
   write_safetensors(a.out, f);
   size_t bytes = 0;
   for (const auto& t : f.tensors) bytes += t.bytes.size();

@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   mpx::app::add_devices_command(app);
   mpx::app::add_export_command(app);
   mpx::app::add_inspect_command(app);
+  mpx::app::add_config_reference_command(app);
 
   // The log level must be set before a sub-command's callback runs.
   app.parse_complete_callback([&] {

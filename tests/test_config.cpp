@@ -67,7 +67,7 @@ TEST_CASE("config: every key but model.layers and data.dataset has a default", "
   CHECK(c.loss_scale.backoff_factor == 0.5);
   CHECK(c.loss_scale.min_scale == 1.0);
   CHECK(c.loss_scale.max_consecutive_skips == 50);
-  CHECK(c.data.dataset == "mnist");
+  CHECK(c.data.dataset == DatasetName::Mnist);
   CHECK(c.data.path == "data/mnist");
   CHECK(c.data.batch_size == 128);
   CHECK(c.data.shuffle);
@@ -77,22 +77,22 @@ TEST_CASE("config: every key but model.layers and data.dataset has a default", "
   CHECK(c.model.input_shape.empty());
   REQUIRE(c.model.layers.size() == 1);
   const LayerConfig& d = c.model.layers[0];
-  CHECK(d.type == "dense");
+  CHECK(d.type == LayerType::Dense);
   CHECK(d.name == "dense");
   CHECK(d.units == 10);
   CHECK(d.use_bias);
-  CHECK(d.activation == "linear");
-  CHECK(d.dtype.empty());
+  CHECK(d.activation == ActivationName::Linear);
+  CHECK_FALSE(d.dtype.has_value());
   CHECK(d.key_path == "model.layers[0]");
   CHECK(d.line == 5);
   CHECK(d.column == 7);
-  CHECK(c.optimizer.name == "adam");
+  CHECK(c.optimizer.name == OptimizerName::Adam);
   CHECK(c.optimizer.learning_rate == 1e-3);
   CHECK(c.optimizer.epsilon == 1e-7);
-  CHECK(c.schedule.name == "constant");
+  CHECK(c.schedule.name == ScheduleName::Constant);
   CHECK(c.train.epochs == 1);
   CHECK(c.train.log_every == 50);
-  CHECK(c.train.eval_policy == "same");
+  CHECK(c.train.eval_policy == EvalPolicy::Same);
   CHECK(c.train.max_steps == 0);
   CHECK_FALSE(c.debug.check_numerics);
 }
@@ -156,7 +156,7 @@ debug: {check_numerics: true}
   CHECK(L[0].kernel_w == 5);
   CHECK(L[0].stride_h == 1);
   CHECK(L[0].stride_w == 2);
-  CHECK(L[0].padding == "same");
+  CHECK(L[0].padding == Padding::Same);
   CHECK_FALSE(L[0].use_bias);
   CHECK(L[1].pool_h == 3);
   CHECK(L[1].pool_w == 2);
@@ -164,21 +164,21 @@ debug: {check_numerics: true}
   CHECK(L[1].pool_stride_w == 1);
   CHECK(L[2].pool_h == 2);
   CHECK(L[2].pool_stride_h == 2);  // strides default to the pool size
-  CHECK(L[2].padding == "valid");
+  CHECK(L[2].padding == Padding::Valid);
   CHECK(L[3].rate == 0.25);
   CHECK(L[4].momentum == 0.9);
   CHECK(L[4].epsilon == 1e-5);
   CHECK(L[6].name == "predictions");
-  CHECK(L[6].dtype == "float32");
-  CHECK(c.optimizer.name == "sgd");
+  CHECK(L[6].dtype == LayerDType::Float32);
+  CHECK(c.optimizer.name == OptimizerName::Sgd);
   CHECK(c.optimizer.momentum == 0.9);
   CHECK(c.optimizer.nesterov);
   CHECK(c.optimizer.scale_lr_by_batch);
   CHECK(c.optimizer.weight_decay == 5e-4);
-  CHECK(c.schedule.name == "step");
+  CHECK(c.schedule.name == ScheduleName::Step);
   CHECK(c.schedule.warmup_epochs == 1.5);
   CHECK(c.schedule.step_epochs == 3);
-  CHECK(c.train.eval_policy == "float32");
+  CHECK(c.train.eval_policy == EvalPolicy::Float32);
   CHECK(c.train.max_steps == 500);
   CHECK(c.debug.check_numerics);
 }
@@ -211,7 +211,7 @@ TEST_CASE("config: unknown top-level key names file, line, column and the closes
   const std::string msg = error_of(with_section("optimiser:\n  name: sgd\n"));
   CHECK(msg ==
         "x.yaml:6:1: optimiser: unknown key in the top level; did you mean 'optimizer'? (valid keys: name, seed, "
-        "device, policy, loss_scale, data, model, optimizer, schedule, train, debug, weights)");
+        "device, policy, loss_scale, data, model, optimizer, schedule, train, debug, weights, dist, cuda)");
 }
 
 TEST_CASE("config: unknown key in a section", "[config]") {
@@ -344,7 +344,7 @@ TEST_CASE("config: bad enum values list the allowed set", "[config]") {
         "x.yaml:4:38: model.layers[0].dtype: expected one of float32 | mixed_float16 | mixed_bfloat16 | float16 | "
         "bfloat16, got 'half'");
   const Config c = parse_config(pre + "    - {type: dense, units: 3, dtype: bfloat16}\n", "x.yaml");
-  CHECK(c.model.layers[0].dtype == "bfloat16");
+  CHECK(c.model.layers[0].dtype == LayerDType::BFloat16);
   CHECK(parse_config(with_section("device: cuda:3\n"), "x.yaml").device == "cuda:3");
 }
 
@@ -474,7 +474,7 @@ TEST_CASE("config: alias keys stride/strides and size/pool_size", "[config]") {
   CHECK(c.model.layers[1].pool_h == 3);
   CHECK(c.model.layers[1].pool_stride_h == 1);
   CHECK(c.model.layers[1].pool_stride_w == 2);
-  CHECK(c.model.layers[1].padding == "same");
+  CHECK(c.model.layers[1].padding == Padding::Same);
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - {type: max_pool, size: 2, pool_size: 2}\n") ==
         "x.yaml:4:30: model.layers[0].size: 'pool_size' and 'size' are the same key; give only one");
 }
@@ -526,7 +526,7 @@ optimizer:
   }
   SECTION("a valid new key inside a layer") {
     const Config c = parse_config(text, "x.yaml", {"model.layers[2].activation=softmax"});
-    CHECK(c.model.layers[2].activation == "softmax");
+    CHECK(c.model.layers[2].activation == ActivationName::Softmax);
   }
   SECTION("malformed overrides name the override") {
     CHECK(error_of(text, {"optimizer.learning_rate"}) ==
@@ -661,10 +661,10 @@ train: {epochs: 3, max_steps: 17}
   check_layers_equal(a.model.layers, b.model.layers);
   CHECK(b.model.layers[4].rate == 0.30000000000000004);  // exact, not 0.3
   CHECK(b.model.layers[1].epsilon == 1.001e-5);
-  CHECK(b.optimizer.name == "adamw");
+  CHECK(b.optimizer.name == OptimizerName::AdamW);
   CHECK(b.optimizer.learning_rate == 3e-4);
   CHECK(b.optimizer.epsilon == 1e-8);
-  CHECK(b.schedule.name == "reduce_on_plateau");
+  CHECK(b.schedule.name == ScheduleName::ReduceOnPlateau);
   CHECK(b.schedule.factor == 0.2);
   CHECK(b.schedule.patience == 3);
   CHECK(b.train.max_steps == 17);
@@ -728,13 +728,13 @@ TEST_CASE("config: shipped configs say what the README and the guides promise", 
   const Config smoke = load_config(dir + "mnist_smoke.yaml");
   CHECK(smoke.policy == Policy::Float32);
   CHECK(smoke.train.epochs == 1);
-  CHECK(smoke.data.dataset == "mnist");
+  CHECK(smoke.data.dataset == DatasetName::Mnist);
   CHECK(smoke.data.path == "data/mnist");
 
   const Config fp16 = load_config(dir + "mnist_fp16.yaml");
   CHECK(fp16.policy == Policy::MixedFloat16);
   CHECK(fp16.loss_scale.mode == LossScaleMode::Dynamic);
-  CHECK(fp16.model.layers.back().dtype == "float32");
+  CHECK(fp16.model.layers.back().dtype == LayerDType::Float32);
   CHECK(load_config(dir + "mnist_bf16.yaml").policy == Policy::MixedBFloat16);
   CHECK(load_config(dir + "fashion_mnist.yaml").data.path == "data/fashion_mnist");
 
@@ -745,10 +745,10 @@ TEST_CASE("config: shipped configs say what the README and the guides promise", 
     REQUIRE(c.model.layers.size() == 5);
     CHECK(c.model.layers[0].filters == 64);
     CHECK(c.model.layers[1].filters == 128);
-    CHECK(c.model.layers[2].type == "global_avg_pool");
+    CHECK(c.model.layers[2].type == LayerType::GlobalAvgPool);
     CHECK(c.model.layers[3].units == 256);
     CHECK(c.model.layers[4].name == "predictions");
-    CHECK(c.model.layers[4].dtype == "float32");
+    CHECK(c.model.layers[4].dtype == LayerDType::Float32);
     CHECK(c.data.augment.random_crop_padding == 4);
     CHECK(c.data.mean.size() == 3);
   }
@@ -757,7 +757,7 @@ TEST_CASE("config: shipped configs say what the README and the guides promise", 
 
   const Config res = load_config(dir + "cifar10_resnet.yaml");
   int blocks = 0;
-  for (const auto& L : res.model.layers) blocks += L.type == "residual";
+  for (const auto& L : res.model.layers) blocks += L.type == LayerType::Residual;
   CHECK(blocks == 9);  // ResNet-20
   CHECK(res.data.batch_size == 256);
 }

@@ -56,7 +56,7 @@ TEST_CASE("get_mnist.sh copies from a mirror, verifies, and is idempotent", "[da
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("SHA-256 of all four files verified"));
   DataConfig c;
-  c.dataset = "mnist";
+  c.dataset = DatasetName::Mnist;
   c.path = tmp.path + "/data/mnist";
   CHECK(load_dataset(c, Split::Train, 1).size() == 60000);
   CHECK(load_dataset(c, Split::Test, 1).size() == 10000);
@@ -81,7 +81,7 @@ TEST_CASE("get_cifar10.sh copies the subset mirror into a given folder", "[data]
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("10000 training records in 1 of 5 batch files, 1000 test records"));
   DataConfig c;
-  c.dataset = "cifar10";
+  c.dataset = DatasetName::Cifar10;
   c.path = tmp.path + "/out/c10";
   CHECK(load_dataset(c, Split::Test, 1).size() == 1000);
   r = run_script(kMirror, "get_cifar10.sh", "out/c10", tmp);

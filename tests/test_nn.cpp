@@ -58,11 +58,16 @@ struct U8Batch {
 };
 
 // A small CNN with every common layer, for the policy tests.
-std::vector<LayerConfig> small_cnn(const std::string& last_dtype = "") {
+std::vector<LayerConfig> small_cnn(std::optional<LayerDType> last_dtype = std::nullopt) {
   LayerConfig last = dense_layer(10);
   last.dtype = last_dtype;
-  return {conv_layer(8, 3, 1, "same", "relu"), make_layer("batch_norm"), pool_layer("max_pool", 2),
-          conv_layer(8, 3, 1, "valid", "relu"), make_layer("flatten"), dense_layer(16, "relu"), last};
+  return {conv_layer(8, 3, 1, Padding::Same, ActivationName::Relu),
+          make_layer(LayerType::BatchNorm),
+          pool_layer(LayerType::MaxPool, 2),
+          conv_layer(8, 3, 1, Padding::Valid, ActivationName::Relu),
+          make_layer(LayerType::Flatten),
+          dense_layer(16, ActivationName::Relu),
+          last};
 }
 
 double max_abs(const std::vector<float>& v) {
@@ -88,8 +93,9 @@ TEST_CASE("dense after conv without flatten is a ConfigError naming the layer", 
 }
 
 TEST_CASE("the last layer's width must equal num_classes", "[nn][shapes]") {
-  const std::string e = build_error({make_layer("flatten"), named(dense_layer(5), "out", "model.layers[1]", 9)},
-                                    Policy::Float32, 4, 4, 1, 10);
+  const std::string e =
+      build_error({make_layer(LayerType::Flatten), named(dense_layer(5), "out", "model.layers[1]", 9)}, Policy::Float32,
+                  4, 4, 1, 10);
   INFO(e);
   CHECK(e.find("'out' (dense)") != std::string::npos);
   CHECK(e.find("[5]") != std::string::npos);
@@ -100,41 +106,38 @@ TEST_CASE("the last layer's width must equal num_classes", "[nn][shapes]") {
 
 TEST_CASE("other shape and policy errors", "[nn][shapes]") {
   // softmax only on the last layer
-  std::string e = build_error({make_layer("flatten"), named(dense_layer(4, "softmax"), "hidden"), dense_layer(3)},
-                              Policy::Float32, 2, 2, 1, 3);
+  std::string e = build_error(
+      {make_layer(LayerType::Flatten), named(dense_layer(4, ActivationName::Softmax), "hidden"), dense_layer(3)},
+      Policy::Float32, 2, 2, 1, 3);
   CHECK(e.find("'hidden'") != std::string::npos);
   CHECK(e.find("softmax") != std::string::npos);
   // conv on a flat input
-  e = build_error({make_layer("flatten"), named(conv_layer(2, 1), "c")}, Policy::Float32, 2, 2, 1, 3);
+  e = build_error({make_layer(LayerType::Flatten), named(conv_layer(2, 1), "c")}, Policy::Float32, 2, 2, 1, 3);
   CHECK(e.find("'c' (conv2d)") != std::string::npos);
   // a kernel larger than the input
-  e = build_error({named(conv_layer(2, 5), "big"), make_layer("flatten"), dense_layer(3)}, Policy::Float32, 3, 3, 1, 3);
+  e = build_error({named(conv_layer(2, 5), "big"), make_layer(LayerType::Flatten), dense_layer(3)}, Policy::Float32, 3,
+                  3, 1, 3);
   CHECK(e.find("'big'") != std::string::npos);
   CHECK(e.find("[3, 3, 1]") != std::string::npos);
   // float16 and bfloat16 may not mix
   LayerConfig bf = named(dense_layer(3), "bf_head");
-  bf.dtype = "bfloat16";
-  e = build_error({make_layer("flatten"), bf}, Policy::MixedFloat16, 2, 2, 1, 3);
+  bf.dtype = LayerDType::BFloat16;
+  e = build_error({make_layer(LayerType::Flatten), bf}, Policy::MixedFloat16, 2, 2, 1, 3);
   CHECK(e.find("'bf_head'") != std::string::npos);
   CHECK(e.find("mix float16 and bfloat16") != std::string::npos);
-  // unknown dtype and type
-  LayerConfig bad = named(dense_layer(3), "d");
-  bad.dtype = "float64";
-  CHECK(build_error({make_layer("flatten"), bad}, Policy::Float32, 2, 2, 1, 3).find("'d'") != std::string::npos);
-  CHECK(build_error({named(make_layer("lstm"), "r")}, Policy::Float32, 2, 2, 1, 3).find("unknown layer type") !=
-        std::string::npos);
+  // (an unknown dtype or layer type cannot reach the model: both are closed enums of config/enums.h)
 }
 
 TEST_CASE("compute_dtype_for resolves policies and overrides", "[nn][policy]") {
-  CHECK(compute_dtype_for(Policy::Float32, "") == DType::F32);
-  CHECK(compute_dtype_for(Policy::MixedFloat16, "") == DType::F16);
-  CHECK(compute_dtype_for(Policy::MixedBFloat16, "") == DType::BF16);
-  CHECK(compute_dtype_for(Policy::MixedFloat16, "float32") == DType::F32);
-  CHECK(compute_dtype_for(Policy::Float32, "mixed_float16") == DType::F16);
-  CHECK(compute_dtype_for(Policy::Float32, "float16") == DType::F16);
-  CHECK(compute_dtype_for(Policy::Float32, "mixed_bfloat16") == DType::BF16);
-  CHECK(compute_dtype_for(Policy::Float32, "bfloat16") == DType::BF16);
-  CHECK_THROWS_AS(compute_dtype_for(Policy::Float32, "int8"), ConfigError);
+  CHECK(compute_dtype_for(Policy::Float32, std::nullopt) == DType::F32);
+  CHECK(compute_dtype_for(Policy::MixedFloat16, std::nullopt) == DType::F16);
+  CHECK(compute_dtype_for(Policy::MixedBFloat16, std::nullopt) == DType::BF16);
+  CHECK(compute_dtype_for(Policy::MixedFloat16, LayerDType::Float32) == DType::F32);
+  CHECK(compute_dtype_for(Policy::Float32, LayerDType::MixedFloat16) == DType::F16);
+  CHECK(compute_dtype_for(Policy::Float32, LayerDType::Float16) == DType::F16);
+  CHECK(compute_dtype_for(Policy::Float32, LayerDType::MixedBFloat16) == DType::BF16);
+  CHECK(compute_dtype_for(Policy::Float32, LayerDType::BFloat16) == DType::BF16);
+  CHECK_THROWS_AS(compute_dtype_for(Policy::Auto, std::nullopt), Error);
 }
 
 // ---- summary and arenas --------------------------------------------------------------
@@ -143,9 +146,10 @@ TEST_CASE("summary table and parameter counts match hand-computed numbers", "[nn
   auto be = create_backend("cpu");
   // 28x28x1: conv 3x3x1->32 = 288 + 32 = 320; bn 4*32 = 128 (64 trainable);
   // max_pool -> 13x13x32 = 5408; dense 5408*10 + 10 = 54090.
-  Model m(model_config({named(conv_layer(32, 3, 1, "valid", "relu"), "conv"), named(make_layer("batch_norm"), "bn"),
-                        named(pool_layer("max_pool", 2), "pool"), named(make_layer("flatten"), "flat"),
-                        named(dense_layer(10, "softmax"), "predictions")}),
+  Model m(model_config({named(conv_layer(32, 3, 1, Padding::Valid, ActivationName::Relu), "conv"),
+                        named(make_layer(LayerType::BatchNorm), "bn"), named(pool_layer(LayerType::MaxPool, 2), "pool"),
+                        named(make_layer(LayerType::Flatten), "flat"),
+                        named(dense_layer(10, ActivationName::Softmax), "predictions")}),
           Policy::Float32, *be, 28, 28, 1, 10, 8);
   CHECK(m.num_params() == 320 + 64 + 54090);
   CHECK(m.num_state() == 64);
@@ -197,10 +201,12 @@ TEST_CASE("summary table and parameter counts match hand-computed numbers", "[nn
 
 TEST_CASE("residual blocks: nested rows, projection, parameter counts", "[nn][summary]") {
   auto be = create_backend("cpu");
-  LayerConfig same = named(residual_layer({named(conv_layer(4, 3, 1, "same", "relu"), "r1c")}), "res1");
-  LayerConfig proj = named(residual_layer({named(conv_layer(8, 3, 2, "same"), "r2c")}), "res2");
-  Model m(model_config({named(conv_layer(4, 1), "stem"), same, proj, make_layer("global_avg_pool"), dense_layer(3)}),
-          Policy::Float32, *be, 8, 8, 2, 3, 4);
+  LayerConfig same =
+      named(residual_layer({named(conv_layer(4, 3, 1, Padding::Same, ActivationName::Relu), "r1c")}), "res1");
+  LayerConfig proj = named(residual_layer({named(conv_layer(8, 3, 2, Padding::Same), "r2c")}), "res2");
+  Model m(
+      model_config({named(conv_layer(4, 1), "stem"), same, proj, make_layer(LayerType::GlobalAvgPool), dense_layer(3)}),
+      Policy::Float32, *be, 8, 8, 2, 3, 4);
   const auto infos = m.layer_infos();
   // stem, res1, r1c, res2, r2c, res2_projection, gap, dense
   REQUIRE(infos.size() == 8);
@@ -227,7 +233,7 @@ TEST_CASE("residual blocks: nested rows, projection, parameter counts", "[nn][su
 
 TEST_CASE("mixed_float16 with a float32 output layer: dtypes per layer", "[nn][mixed]") {
   auto be = create_backend("cpu");
-  Model m(model_config(small_cnn("float32")), Policy::MixedFloat16, *be, 8, 8, 3, 10, 4);
+  Model m(model_config(small_cnn(LayerDType::Float32)), Policy::MixedFloat16, *be, 8, 8, 3, 10, 4);
   const auto infos = m.layer_infos();
   REQUIRE(infos.size() == 7);
   for (size_t i = 0; i + 1 < infos.size(); ++i) {
@@ -272,7 +278,7 @@ TEST_CASE("mixed_bfloat16 logits are close to float32's but rounded", "[nn][mixe
 TEST_CASE("activation memory under mixed policies is about half of float32's", "[nn][mixed][memory]") {
   auto be = create_backend("cpu");
   Model f(model_config(small_cnn()), Policy::Float32, *be, 16, 16, 3, 10, 32);
-  Model h(model_config(small_cnn("float32")), Policy::MixedFloat16, *be, 16, 16, 3, 10, 32);
+  Model h(model_config(small_cnn(LayerDType::Float32)), Policy::MixedFloat16, *be, 16, 16, 3, 10, 32);
   Model b(model_config(small_cnn()), Policy::MixedBFloat16, *be, 16, 16, 3, 10, 32);
   const auto rf = f.memory_report(), rh = h.memory_report(), rb = b.memory_report();
   const double qh = static_cast<double>(rh.activation_bytes) / static_cast<double>(rf.activation_bytes);
@@ -323,7 +329,10 @@ TEST_CASE("weight gradients under mixed_float16 match float32 within float16 tol
 TEST_CASE("underflow without loss scaling: tiny gradients flush to zero in float16", "[nn][mixed][underflow]") {
   auto be = create_backend("cpu");
   const int n = 4;
-  auto layers = [] { return std::vector<LayerConfig>{make_layer("flatten"), dense_layer(8, "relu"), dense_layer(4)}; };
+  auto layers = [] {
+    return std::vector<LayerConfig>{make_layer(LayerType::Flatten), dense_layer(8, ActivationName::Relu),
+                                    dense_layer(4)};
+  };
   Model f(model_config(layers()), Policy::Float32, *be, 3, 3, 2, 4, n);
   Model h(model_config(layers()), Policy::MixedFloat16, *be, 3, 3, 2, 4, n);
   f.init_params(21);
@@ -426,11 +435,11 @@ TEST_CASE("a partial batch uses row slices and gives the same rows", "[nn][batch
 
 TEST_CASE("backward overwrites the whole gradient arena", "[nn][grads]") {
   auto be = create_backend("cpu");
-  LayerConfig d = make_layer("dropout");
+  LayerConfig d = make_layer(LayerType::Dropout);
   d.rate = 0.3;
-  Model m(model_config({conv_layer(4, 3, 1, "same", "relu"), make_layer("batch_norm"),
-                        residual_layer({conv_layer(4, 3, 1, "same"), make_layer("batch_norm")}),
-                        make_layer("global_avg_pool"), d, dense_layer(3)}),
+  Model m(model_config({conv_layer(4, 3, 1, Padding::Same, ActivationName::Relu), make_layer(LayerType::BatchNorm),
+                        residual_layer({conv_layer(4, 3, 1, Padding::Same), make_layer(LayerType::BatchNorm)}),
+                        make_layer(LayerType::GlobalAvgPool), d, dense_layer(3)}),
           Policy::MixedFloat16, *be, 6, 6, 2, 3, 4);
   m.init_params(1);
   be->fill(m.grads(), std::nanf(""));
@@ -446,10 +455,10 @@ TEST_CASE("backward overwrites the whole gradient arena", "[nn][grads]") {
 
 TEST_CASE("dropout: masks from (seed, step, layer); identity at inference", "[nn][dropout]") {
   auto be = create_backend("cpu");
-  LayerConfig d = make_layer("dropout");
+  LayerConfig d = make_layer(LayerType::Dropout);
   d.rate = 0.5;
-  Model m(model_config({make_layer("flatten"), dense_layer(32), d, dense_layer(4)}), Policy::Float32, *be, 2, 2, 1,
-          4, 4);
+  Model m(model_config({make_layer(LayerType::Flatten), dense_layer(32), d, dense_layer(4)}), Policy::Float32, *be, 2,
+          2, 1, 4, 4);
   m.init_params(1);
   U8Batch x(*be, 4, 2, 2, 1, 2);
   const auto a = download_f32(*be, m.forward(x.t, true, 1, 0));
@@ -467,10 +476,10 @@ TEST_CASE("dropout: masks from (seed, step, layer); identity at inference", "[nn
 
 TEST_CASE("batch_norm: training updates the moving statistics, inference uses them", "[nn][batch_norm]") {
   auto be = create_backend("cpu");
-  LayerConfig bn = make_layer("batch_norm");
+  LayerConfig bn = make_layer(LayerType::BatchNorm);
   bn.momentum = 0.5;
-  Model m(model_config({conv_layer(3, 1), bn, make_layer("flatten"), dense_layer(2)}), Policy::MixedBFloat16, *be, 2,
-          2, 1, 2, 4);
+  Model m(model_config({conv_layer(3, 1), bn, make_layer(LayerType::Flatten), dense_layer(2)}), Policy::MixedBFloat16,
+          *be, 2, 2, 1, 2, 4);
   m.init_params(1);
   REQUIRE(m.num_state() == 6);
   const auto s0 = download_f32(*be, m.state());
@@ -486,7 +495,8 @@ TEST_CASE("batch_norm: training updates the moving statistics, inference uses th
 
 TEST_CASE("first_nonfinite_forward/backward name the layer", "[nn][numerics]") {
   auto be = create_backend("cpu");
-  Model m(model_config({named(conv_layer(3, 1), "conv2d_1"), make_layer("flatten"), named(dense_layer(2), "head")}),
+  Model m(model_config(
+              {named(conv_layer(3, 1), "conv2d_1"), make_layer(LayerType::Flatten), named(dense_layer(2), "head")}),
           Policy::MixedFloat16, *be, 2, 2, 1, 2, 2);
   m.init_params(1);
   U8Batch x(*be, 2, 2, 2, 1, 4);
@@ -513,13 +523,13 @@ TEST_CASE("dtype boundaries (float32 layers inside a float16 model) cast both wa
   // A float32 conv between float16 layers, a residual whose branch ends in float32
   // (branch output cast to the block's float16 before the add) and a float16 head.
   auto layers = [] {
-    LayerConfig mid = conv_layer(4, 3, 1, "same", "relu");
-    mid.dtype = "float32";
-    LayerConfig tail = conv_layer(6, 3, 2, "same");
-    tail.dtype = "float32";
-    return std::vector<LayerConfig>{conv_layer(4, 3, 1, "same", "relu"), mid,
-                                    residual_layer({conv_layer(6, 3, 1, "same", "relu"), tail}),
-                                    make_layer("flatten"), dense_layer(3)};
+    LayerConfig mid = conv_layer(4, 3, 1, Padding::Same, ActivationName::Relu);
+    mid.dtype = LayerDType::Float32;
+    LayerConfig tail = conv_layer(6, 3, 2, Padding::Same);
+    tail.dtype = LayerDType::Float32;
+    return std::vector<LayerConfig>{conv_layer(4, 3, 1, Padding::Same, ActivationName::Relu), mid,
+                                    residual_layer({conv_layer(6, 3, 1, Padding::Same, ActivationName::Relu), tail}),
+                                    make_layer(LayerType::Flatten), dense_layer(3)};
   };
   auto be = create_backend("cpu");
   const int n = 4;

@@ -36,15 +36,17 @@ LayerConfig named(LayerConfig l, const std::string& name) {
 
 /// conv, bn, a residual block without projection, one with a strided projection, a dense head.
 std::vector<LayerConfig> resnet_like() {
-  return {named(conv_layer(8, 3, 1, "same", "relu"), "c0"),
-          named(make_layer("batch_norm"), "bn0"),
-          named(residual_layer({named(conv_layer(8, 3, 1, "same", "relu"), "r1a"), named(make_layer("batch_norm"), "r1bn"),
-                                named(conv_layer(8, 3, 1, "same"), "r1b")}),
+  return {named(conv_layer(8, 3, 1, Padding::Same, ActivationName::Relu), "c0"),
+          named(make_layer(LayerType::BatchNorm), "bn0"),
+          named(residual_layer({named(conv_layer(8, 3, 1, Padding::Same, ActivationName::Relu), "r1a"),
+                                named(make_layer(LayerType::BatchNorm), "r1bn"),
+                                named(conv_layer(8, 3, 1, Padding::Same), "r1b")}),
                 "res1"),
-          named(residual_layer({named(conv_layer(16, 3, 2, "same", "relu"), "r2a"), named(conv_layer(16, 3, 1, "same"), "r2b")}),
+          named(residual_layer({named(conv_layer(16, 3, 2, Padding::Same, ActivationName::Relu), "r2a"),
+                                named(conv_layer(16, 3, 1, Padding::Same), "r2b")}),
                 "res2"),
-          named(make_layer("global_avg_pool"), "gap"),
-          named(dense_layer(16, "relu"), "fc"),
+          named(make_layer(LayerType::GlobalAvgPool), "gap"),
+          named(dense_layer(16, ActivationName::Relu), "fc"),
           named(dense_layer(10), "out")};
 }
 

@@ -45,74 +45,80 @@ void run_check(std::vector<LayerConfig> layers, int H, int W, int C, int classes
 }  // namespace
 
 TEST_CASE("gradcheck: dense (linear and relu) and flatten", "[nn][gradcheck]") {
-  run_check({make_layer("flatten"), dense_layer(6, "relu"), dense_layer(3)}, 2, 2, 2, 3, 3, true);
+  run_check({make_layer(LayerType::Flatten), dense_layer(6, ActivationName::Relu), dense_layer(3)}, 2, 2, 2, 3, 3,
+            true);
 }
 
 TEST_CASE("gradcheck: dense with softmax on the last layer (identity, fused in the loss)", "[nn][gradcheck]") {
-  run_check({make_layer("flatten"), dense_layer(4, "softmax")}, 1, 3, 2, 4, 2, false);
+  run_check({make_layer(LayerType::Flatten), dense_layer(4, ActivationName::Softmax)}, 1, 3, 2, 4, 2, false);
 }
 
 TEST_CASE("gradcheck: conv2d valid with bias and fused relu", "[nn][gradcheck]") {
-  run_check({conv_layer(3, 3, 1, "valid", "relu"), make_layer("flatten"), dense_layer(3)}, 5, 5, 2, 3, 2, true);
+  run_check({conv_layer(3, 3, 1, Padding::Valid, ActivationName::Relu), make_layer(LayerType::Flatten), dense_layer(3)},
+            5, 5, 2, 3, 2, true);
 }
 
 TEST_CASE("gradcheck: conv2d stride 2 same padding (asymmetric pad on H)", "[nn][gradcheck]") {
   // H=6, k=3, s=2: out 3, total pad 1 -> top 0 / bottom 1; W=5: out 3, total 2 -> 1 / 1.
-  run_check({conv_layer(3, 3, 2, "same"), make_layer("flatten"), dense_layer(2)}, 6, 5, 2, 2, 2, false);
+  run_check({conv_layer(3, 3, 2, Padding::Same), make_layer(LayerType::Flatten), dense_layer(2)}, 6, 5, 2, 2, 2, false);
 }
 
 TEST_CASE("gradcheck: conv2d even kernel same padding, no bias", "[nn][gradcheck]") {
-  LayerConfig c = conv_layer(2, 2, 1, "same");
+  LayerConfig c = conv_layer(2, 2, 1, Padding::Same);
   c.use_bias = false;
-  run_check({c, make_layer("flatten"), dense_layer(2)}, 4, 3, 2, 2, 2, false);
+  run_check({c, make_layer(LayerType::Flatten), dense_layer(2)}, 4, 3, 2, 2, 2, false);
 }
 
 TEST_CASE("gradcheck: activation relu layer", "[nn][gradcheck]") {
-  LayerConfig a = make_layer("activation");
-  a.activation = "relu";
-  run_check({conv_layer(3, 2), a, make_layer("flatten"), dense_layer(2)}, 4, 4, 1, 2, 2, true);
+  LayerConfig a = make_layer(LayerType::Activation);
+  a.activation = ActivationName::Relu;
+  run_check({conv_layer(3, 2), a, make_layer(LayerType::Flatten), dense_layer(2)}, 4, 4, 1, 2, 2, true);
 }
 
 TEST_CASE("gradcheck: max_pool (kinks skipped)", "[nn][gradcheck]") {
-  run_check({conv_layer(2, 2), pool_layer("max_pool", 2), make_layer("flatten"), dense_layer(3)}, 5, 5, 2, 3, 2,
-            true);
+  run_check({conv_layer(2, 2), pool_layer(LayerType::MaxPool, 2), make_layer(LayerType::Flatten), dense_layer(3)}, 5, 5,
+            2, 3, 2, true);
 }
 
 TEST_CASE("gradcheck: max_pool same padding, stride 1", "[nn][gradcheck]") {
-  run_check({pool_layer("max_pool", 2, 1, "same"), make_layer("flatten"), dense_layer(2)}, 3, 3, 2, 2, 2, true);
+  run_check({pool_layer(LayerType::MaxPool, 2, 1, Padding::Same), make_layer(LayerType::Flatten), dense_layer(2)}, 3, 3,
+            2, 2, 2, true);
 }
 
 TEST_CASE("gradcheck: avg_pool valid and same padding", "[nn][gradcheck]") {
-  run_check({conv_layer(2, 2), pool_layer("avg_pool", 2), make_layer("flatten"), dense_layer(2)}, 5, 5, 1, 2, 2,
-            false);
-  run_check({pool_layer("avg_pool", 3, 2, "same"), make_layer("flatten"), dense_layer(2)}, 4, 5, 2, 2, 2, false);
+  run_check({conv_layer(2, 2), pool_layer(LayerType::AvgPool, 2), make_layer(LayerType::Flatten), dense_layer(2)}, 5, 5,
+            1, 2, 2, false);
+  run_check({pool_layer(LayerType::AvgPool, 3, 2, Padding::Same), make_layer(LayerType::Flatten), dense_layer(2)}, 4, 5,
+            2, 2, 2, false);
 }
 
 TEST_CASE("gradcheck: global_avg_pool", "[nn][gradcheck]") {
-  run_check({conv_layer(4, 3), make_layer("global_avg_pool"), dense_layer(3)}, 5, 4, 2, 3, 2, false);
+  run_check({conv_layer(4, 3), make_layer(LayerType::GlobalAvgPool), dense_layer(3)}, 5, 4, 2, 3, 2, false);
 }
 
 TEST_CASE("gradcheck: batch_norm in training mode (conv and dense inputs)", "[nn][gradcheck]") {
-  run_check({conv_layer(3, 2), make_layer("batch_norm"), make_layer("flatten"), dense_layer(2)}, 3, 3, 2, 2, 3,
-            false);
-  run_check({make_layer("flatten"), dense_layer(4), make_layer("batch_norm"), dense_layer(2)}, 2, 2, 1, 2, 4, false);
+  run_check({conv_layer(3, 2), make_layer(LayerType::BatchNorm), make_layer(LayerType::Flatten), dense_layer(2)}, 3, 3,
+            2, 2, 3, false);
+  run_check({make_layer(LayerType::Flatten), dense_layer(4), make_layer(LayerType::BatchNorm), dense_layer(2)}, 2, 2, 1,
+            2, 4, false);
 }
 
 TEST_CASE("gradcheck: dropout with a fixed seed", "[nn][gradcheck]") {
-  LayerConfig d = make_layer("dropout");
+  LayerConfig d = make_layer(LayerType::Dropout);
   d.rate = 0.4;
-  run_check({make_layer("flatten"), dense_layer(8), d, dense_layer(3)}, 2, 2, 2, 3, 3, false);
+  run_check({make_layer(LayerType::Flatten), dense_layer(8), d, dense_layer(3)}, 2, 2, 2, 3, 3, false);
 }
 
 TEST_CASE("gradcheck: residual without projection", "[nn][gradcheck]") {
-  run_check({conv_layer(3, 3, 1, "same"),
-             residual_layer({conv_layer(3, 3, 1, "same", "relu"), conv_layer(3, 3, 1, "same")}),
-             make_layer("global_avg_pool"), dense_layer(2)},
-            4, 4, 2, 2, 2, true);
+  run_check(
+      {conv_layer(3, 3, 1, Padding::Same),
+       residual_layer({conv_layer(3, 3, 1, Padding::Same, ActivationName::Relu), conv_layer(3, 3, 1, Padding::Same)}),
+       make_layer(LayerType::GlobalAvgPool), dense_layer(2)},
+      4, 4, 2, 2, 2, true);
 }
 
 TEST_CASE("gradcheck: residual with a strided 1x1 projection and batch_norm", "[nn][gradcheck]") {
-  run_check({residual_layer({conv_layer(4, 3, 2, "same"), make_layer("batch_norm")}), make_layer("flatten"),
-             dense_layer(2)},
+  run_check({residual_layer({conv_layer(4, 3, 2, Padding::Same), make_layer(LayerType::BatchNorm)}),
+             make_layer(LayerType::Flatten), dense_layer(2)},
             5, 5, 2, 2, 3, false);
 }

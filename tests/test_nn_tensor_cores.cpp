@@ -23,7 +23,7 @@ using support::residual_layer;
 
 namespace {
 
-LayerConfig named(LayerConfig l, const std::string& name, const std::string& dtype = "") {
+LayerConfig named(LayerConfig l, const std::string& name, std::optional<LayerDType> dtype = std::nullopt) {
   l.name = name;
   l.dtype = dtype;
   return l;
@@ -37,9 +37,10 @@ std::vector<std::string> warnings(std::vector<LayerConfig> layers, Policy p, int
 
 /// The reference CIFAR net of the configs (float32 output layer).
 std::vector<LayerConfig> cifar_net() {
-  return {named(conv_layer(64, 3, 1, "same", "relu"), "c1"), named(conv_layer(128, 3, 1, "same", "relu"), "c2"),
-          named(make_layer("global_avg_pool"), "gap"), named(dense_layer(256, "relu"), "fc"),
-          named(dense_layer(10), "predictions", "float32")};
+  return {named(conv_layer(64, 3, 1, Padding::Same, ActivationName::Relu), "c1"),
+          named(conv_layer(128, 3, 1, Padding::Same, ActivationName::Relu), "c2"),
+          named(make_layer(LayerType::GlobalAvgPool), "gap"), named(dense_layer(256, ActivationName::Relu), "fc"),
+          named(dense_layer(10), "predictions", LayerDType::Float32)};
 }
 
 bool has(const std::vector<std::string>& w, const std::string& a, const std::string& b = "") {
@@ -69,10 +70,10 @@ TEST_CASE("tensor core warnings: the reference CIFAR net only has the expected f
 }
 
 TEST_CASE("tensor core warnings: filters, input channels, units, input features and batch", "[nn][tensor_cores]") {
-  std::vector<LayerConfig> net = {named(conv_layer(60, 3, 1, "same", "relu"), "c1"),
-                                  named(conv_layer(128, 3, 1, "same", "relu"), "c2"),
-                                  named(make_layer("global_avg_pool"), "gap"),
-                                  named(dense_layer(100, "relu"), "fc"),
+  std::vector<LayerConfig> net = {named(conv_layer(60, 3, 1, Padding::Same, ActivationName::Relu), "c1"),
+                                  named(conv_layer(128, 3, 1, Padding::Same, ActivationName::Relu), "c2"),
+                                  named(make_layer(LayerType::GlobalAvgPool), "gap"),
+                                  named(dense_layer(100, ActivationName::Relu), "fc"),
                                   named(dense_layer(10), "predictions")};
   const auto w = warnings(net, Policy::MixedFloat16, 80, 100);
   INFO(joined(w));
@@ -85,8 +86,8 @@ TEST_CASE("tensor core warnings: filters, input channels, units, input features 
   CHECK(w.size() == 7);  // + the RGB first conv
 
   SECTION("a per-layer float32 dtype suppresses the layer's warnings") {
-    net[0].dtype = "float32";
-    net[4].dtype = "float32";
+    net[0].dtype = LayerDType::Float32;
+    net[4].dtype = LayerDType::Float32;
     const auto v = warnings(net, Policy::MixedFloat16, 80, 100);
     INFO(joined(v));
     CHECK_FALSE(has(v, "'c1'"));
@@ -95,8 +96,8 @@ TEST_CASE("tensor core warnings: filters, input channels, units, input features 
     CHECK(has(v, "dense 'fc': 100 units"));
   }
   SECTION("a 16-bit layer under policy float32 is reported with its dtype") {
-    for (auto& l : net) l.dtype = "";
-    net[1].dtype = "bfloat16";
+    for (auto& l : net) l.dtype = std::nullopt;
+    net[1].dtype = LayerDType::BFloat16;
     const auto v = warnings(net, Policy::Float32, 80, 64);
     INFO(joined(v));
     REQUIRE(v.size() == 1);
@@ -105,9 +106,10 @@ TEST_CASE("tensor core warnings: filters, input channels, units, input features 
 }
 
 TEST_CASE("tensor core warnings: residual projections are checked too", "[nn][tensor_cores]") {
-  std::vector<LayerConfig> net = {named(conv_layer(16, 3, 1, "same", "relu"), "c1"),
-                                  named(residual_layer({named(conv_layer(12, 3, 2, "same", "relu"), "r1")}), "res"),
-                                  named(make_layer("global_avg_pool"), "gap"), named(dense_layer(10), "out", "float32")};
+  std::vector<LayerConfig> net = {
+      named(conv_layer(16, 3, 1, Padding::Same, ActivationName::Relu), "c1"),
+      named(residual_layer({named(conv_layer(12, 3, 2, Padding::Same, ActivationName::Relu), "r1")}), "res"),
+      named(make_layer(LayerType::GlobalAvgPool), "gap"), named(dense_layer(10), "out", LayerDType::Float32)};
   const auto w = warnings(net, Policy::MixedBFloat16, 90);
   INFO(joined(w));
   CHECK(has(w, "conv2d 'r1': 12 filters"));

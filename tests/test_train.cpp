@@ -81,7 +81,7 @@ std::vector<float> gradients(Policy policy, double tiny, double S, const Config&
   const int64_t n = 32;
   Model m(cfg, policy, *be, ds.H, ds.W, ds.C, 10, n);
   std::vector<double> mean, stdv;
-  default_normalization("synthetic", mean, stdv);
+  default_normalization(DatasetName::Synthetic, mean, stdv);
   m.set_input_normalization(mean, stdv);
   m.init_params(cfg.seed);
   Buffer xb = be->alloc(static_cast<size_t>(n * ds.image_bytes()), "x");

@@ -227,9 +227,9 @@ TEST_CASE("train.sync and train.cuda_graph are validated and round-trip", "[trai
                     Catch::Contains("train.sync") && Catch::Contains("step"));
   const Config c = parse_config(kYaml, "sync.yaml", {"train.sync=log", "train.cuda_graph=false"});
   const Config back = parse_config(to_yaml(c), "back.yaml");
-  CHECK(back.train.sync == "log");
+  CHECK(back.train.sync == SyncMode::Log);
   CHECK(back.train.cuda_graph == false);
-  CHECK(parse_config(kYaml, "sync.yaml").train.sync == "auto");
+  CHECK(parse_config(kYaml, "sync.yaml").train.sync == SyncMode::Auto);
   CHECK(parse_config(kYaml, "sync.yaml").train.cuda_graph == false);
 }
 

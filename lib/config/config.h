@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The validated configuration of one run (the YAML schema of DESIGN.md), with
-// every default filled in. Loading checks types, ranges and unknown keys and
-// throws ConfigError naming the file, key path, line and column.
+// The validated configuration of one run, with every default filled in. The
+// member initializers below are the defaults; each key's path, range, help and
+// YAML spelling is its ONE entry in config/schema_table.cpp, which drives the
+// reader, the writer (to_yaml) and docs/config.md. Loading checks types, ranges
+// and unknown keys and throws ConfigError naming the file, key path, line and column.
 #pragma once
 
 #include <cstdint>
@@ -10,16 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "config/enums.h"
+
 namespace mpx {
 
-enum class Policy { Float32, MixedFloat16, MixedBFloat16, Auto };
-const char* policy_name(Policy p);  // "float32", "mixed_float16", "mixed_bfloat16", "auto"
-
-enum class LossScaleMode { Dynamic, Fixed, None };
-const char* loss_scale_mode_name(LossScaleMode m);
+/// "float32", "mixed_float16", "mixed_bfloat16", "auto" (enum_name of config/enums.h).
+inline const char* policy_name(Policy p) { return enum_name(p); }
+inline const char* loss_scale_mode_name(LossScaleMode m) { return enum_name(m); }
 /// The inverse of policy_name / loss_scale_mode_name; nullopt for an unknown name.
-std::optional<Policy> parse_policy(const std::string& s);
-std::optional<LossScaleMode> parse_loss_scale_mode(const std::string& s);
+inline std::optional<Policy> parse_policy(const std::string& s) { return parse_enum<Policy>(s); }
+inline std::optional<LossScaleMode> parse_loss_scale_mode(const std::string& s) { return parse_enum<LossScaleMode>(s); }
 
 struct LossScaleConfig {
   /// Unset in the YAML: dynamic for mixed_float16, none otherwise (resolved by
@@ -40,8 +42,8 @@ struct AugmentConfig {
 };
 
 struct DataConfig {
-  std::string dataset;  // mnist | fashion_mnist | cifar10 | synthetic
-  std::string path;     // default: data/<dataset>
+  DatasetName dataset = DatasetName::Mnist;  // required in the YAML
+  std::string path;                          // "" = data/<dataset> (filled in by the reader)
   int64_t batch_size = 128;
   int64_t train_limit = 0;  // 0 = all
   int64_t test_limit = 0;
@@ -56,17 +58,17 @@ struct DataConfig {
 
 /// One layer of `model.layers`. Fields that do not apply to the type keep their defaults.
 struct LayerConfig {
-  std::string type;  // conv2d dense activation max_pool avg_pool global_avg_pool flatten dropout batch_norm residual
+  LayerType type = LayerType::Dense;  // required in the YAML
   std::string name;  // default (Keras style): <type>, then <type>_1, <type>_2, ... unique over the model
-  std::string dtype;  // "" = model policy; else float32 | mixed_float16 | mixed_bfloat16 (float16/bfloat16 accepted)
+  std::optional<LayerDType> dtype;  // unset = the model's policy
   // conv2d / dense
   int64_t filters = 0;  // conv2d
   int64_t units = 0;    // dense
   int kernel_h = 3, kernel_w = 3;
   int stride_h = 1, stride_w = 1;
-  std::string padding = "valid";  // same | valid (conv2d, pools)
+  Padding padding = Padding::Valid;  // conv2d, pools
   bool use_bias = true;
-  std::string activation = "linear";  // linear | relu | softmax
+  ActivationName activation = ActivationName::Linear;
   // pools
   int pool_h = 2, pool_w = 2;
   int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size (the loader always fills them in)
@@ -87,7 +89,7 @@ struct ModelConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adam";  // sgd | adam | adamw
+  OptimizerName name = OptimizerName::Adam;
   double learning_rate = 1e-3;
   bool scale_lr_by_batch = false;
   double momentum = 0.0;  // sgd
@@ -97,7 +99,7 @@ struct OptimizerConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";  // constant | step | cosine | reduce_on_plateau
+  ScheduleName name = ScheduleName::Constant;
   double warmup_epochs = 0;
   // step
   int64_t step_epochs = 10;   // multiply by gamma every step_epochs
@@ -115,14 +117,14 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 50;
   int64_t eval_every = 1;
-  std::string eval_policy = "same";  // same | float32
+  EvalPolicy eval_policy = EvalPolicy::Same;
   int64_t checkpoint_every = 1;
   int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
-  /// When the host reads the step's loss and finiteness verdict: "step" (every step: per-step
-  /// skip diagnostics), "log" (the loss scale, verdicts and metrics stay on the device and are
-  /// read every log_every steps: no host synchronisation in the step), "auto" (log on a GPU
-  /// with one rank, else step).
-  std::string sync = "auto";
+  /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step
+  /// skip diagnostics), Log (the loss scale, verdicts and metrics stay on the device and are
+  /// read every log_every steps: no host synchronisation in the step), Auto (Log on a GPU
+  /// with one rank, else Step).
+  SyncMode sync = SyncMode::Auto;
   /// Capture the steady-state step (full batches, sync "log") as a CUDA graph and replay it.
   /// Off by default until the CUDA test that proves it equal to the uncaptured step has run
   /// on a GPU (tests/cuda/test_cuda_train.cpp).
@@ -139,15 +141,16 @@ struct WeightsConfig {
   std::string init_from;
 };
 
+/// Data-parallel training (more than one rank).
 struct DistConfig {
-  /// Overlap the gradient all-reduce with the backward pass: auto (on with NCCL on GPUs,
-  /// off on the CPU, where it measured no gain), on, off.
-  std::string overlap_allreduce = "auto";
+  /// All-reduce gradient buckets while the backward pass runs: Auto = on with NCCL on GPUs, off on the CPU.
+  OverlapMode overlap_allreduce = OverlapMode::Auto;
   int64_t bucket_bytes = int64_t{4} << 20;  // smallest bucket of the overlapped all-reduce
 };
 
+/// The CUDA backend.
 struct CudaConfig {
-  int64_t workspace_mb = 512;  // budget of the cuDNN/cuBLASLt workspace
+  int64_t workspace_mb = 512;  // cuDNN / cuBLASLt workspace budget
 };
 
 struct Config {
@@ -169,11 +172,6 @@ struct Config {
   std::string source;
 };
 
-/// The valid `type:` values of a layer, and the keys each type accepts
-/// (aliases included: stride, size).
-const std::vector<std::string>& layer_types();
-const std::vector<std::string>& layer_keys(const std::string& type);
-
 /// @brief Loads and validates a YAML config file, applying `overrides`
 /// ("key.path=value", as from --set) before validation. Throws ConfigError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
@@ -183,5 +181,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 /// @brief The resolved config as YAML: every key, defaults filled in. Loading the
 /// result gives back an equal Config.
 std::string to_yaml(const Config& c);
+/// @brief The config reference (docs/config.md) as Markdown, generated from the schema.
+std::string config_reference_markdown();
 
 }  // namespace mpx

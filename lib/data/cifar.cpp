@@ -52,7 +52,7 @@ void append_batch_file(const std::string& file, Dataset& ds) {
 std::string missing(const std::string& folder, const std::string& name) {
   std::string msg = join_path(folder, name) + " not found";
   if (!dir_exists(folder)) msg += " (folder " + folder + " does not exist)";
-  return msg + "; " + fetch_hint("cifar10", folder);
+  return msg + "; " + fetch_hint(DatasetName::Cifar10, folder);
 }
 
 }  // namespace
@@ -67,7 +67,7 @@ Dataset load_cifar10(const std::string& folder_in, Split split) {
   }
 
   Dataset ds;
-  ds.name = "cifar10";
+  ds.name = enum_name(DatasetName::Cifar10);
   ds.H = kSide;
   ds.W = kSide;
   ds.C = 3;

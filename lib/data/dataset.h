@@ -31,14 +31,13 @@ struct Dataset {
 Dataset load_dataset(const DataConfig& cfg, Split split, uint64_t seed);
 
 /// Standard per-channel statistics of a dataset's training split (after /255).
-/// Throws ConfigError for an unknown dataset name.
-void default_normalization(const std::string& dataset, std::vector<double>& mean, std::vector<double>& std);
+void default_normalization(DatasetName dataset, std::vector<double>& mean, std::vector<double>& std);
 
 /// The folder a dataset is read from when DataConfig::path is empty: "data/<dataset>".
-std::string default_data_path(const std::string& dataset);
+std::string default_data_path(DatasetName dataset);
 
 /// The data_scripts/ command that fetches `dataset` ("data_scripts/get_mnist.sh"); "" for synthetic.
-std::string fetch_script(const std::string& dataset);
+std::string fetch_script(DatasetName dataset);
 
 /// @brief One batch as the loader hands it out (host memory, reused between calls).
 struct Batch {

@@ -28,7 +28,7 @@ std::string join_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }
 
-std::string fetch_hint(const std::string& dataset, const std::string& folder) {
+std::string fetch_hint(DatasetName dataset, const std::string& folder) {
   const std::string script = fetch_script(dataset);
   // The scripts write to data/<dataset> by default; another folder is their argument.
   const std::string arg = folder == default_data_path(dataset) ? "" : " " + folder;

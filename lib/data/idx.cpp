@@ -75,7 +75,7 @@ void check_size(const std::vector<uint8_t>& b, const std::string& file, size_t h
 }
 
 // "<folder>/<name>" or "<folder>/<name>.gz", whichever exists (the plain file first).
-std::string find_idx(const std::string& dataset, const std::string& folder, const std::string& name) {
+std::string find_idx(DatasetName dataset, const std::string& folder, const std::string& name) {
   const std::string plain = join_path(folder, name);
   if (file_exists(plain)) return plain;
   if (file_exists(plain + ".gz")) return plain + ".gz";
@@ -118,13 +118,13 @@ void parse_idx_labels(const std::vector<uint8_t>& b, const std::string& file, in
   }
 }
 
-Dataset load_idx_dataset(const std::string& dataset, const std::string& folder, Split split) {
+Dataset load_idx_dataset(DatasetName dataset, const std::string& folder, Split split) {
   const std::string prefix = split == Split::Train ? "train" : "t10k";
   const std::string img_file = find_idx(dataset, folder, prefix + "-images-idx3-ubyte");
   const std::string lbl_file = find_idx(dataset, folder, prefix + "-labels-idx1-ubyte");
 
   Dataset ds;
-  ds.name = dataset;
+  ds.name = enum_name(dataset);
   ds.C = 1;
   ds.num_classes = 10;
   int64_t n_img = 0, n_lbl = 0;

@@ -20,10 +20,10 @@ bool dir_exists(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
 
 /// "<script> (offline: MPX_DATA_MIRROR=/path/to/copy <script>)" for missing-file messages.
-std::string fetch_hint(const std::string& dataset, const std::string& folder);
+std::string fetch_hint(DatasetName dataset, const std::string& folder);
 
 /// MNIST / Fashion-MNIST: the two IDX files of `split` under cfg.path.
-Dataset load_idx_dataset(const std::string& dataset, const std::string& folder, Split split);
+Dataset load_idx_dataset(DatasetName dataset, const std::string& folder, Split split);
 /// Parses one IDX image file / label file already in memory (exposed for tests of the checks).
 void parse_idx_images(const std::vector<uint8_t>& bytes, const std::string& file, int64_t& n, int& rows, int& cols,
                       std::vector<uint8_t>& images);

@@ -58,7 +58,8 @@ GradSync::GradSync(Backend& be, Model& model, Communicator* comm, Communicator* 
       host_grads_(be.info().name == "cpu") {
   if (world_ == 1 || model_.num_params() == 0) return;
   Communicator* c = device_comm_ ? device_comm_ : host_grads_ ? comm_ : nullptr;
-  const bool want = cfg.overlap_allreduce == "on" || (cfg.overlap_allreduce == "auto" && device_comm_ != nullptr);
+  const bool want = cfg.overlap_allreduce == OverlapMode::On ||
+                    (cfg.overlap_allreduce == OverlapMode::Auto && device_comm_ != nullptr);
   if (!c || !want) return;
   const size_t bucket = static_cast<size_t>(std::max<int64_t>(4, cfg.bucket_bytes));
   if (device_comm_) device_comm_->set_compute_stream(be_.native_stream());

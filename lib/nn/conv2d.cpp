@@ -26,11 +26,9 @@ class Conv2d : public Layer {
     p_.S = cfg.kernel_w;
     p_.stride_h = cfg.stride_h;
     p_.stride_w = cfg.stride_w;
-    if (cfg.padding == "same") {
+    if (cfg.padding == Padding::Same) {  // else valid: no padding
       same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
       same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
-    } else if (cfg.padding != "valid") {
-      throw ConfigError(where(cfg) + ": padding must be same or valid, got '" + cfg.padding + "'");
     }
     const int P = p_.out_h(H), Q = p_.out_w(W);
     if (P <= 0 || Q <= 0)

@@ -96,7 +96,7 @@ class Layer {
   virtual ~Layer() = default;
 
   const std::string& name() const { return cfg_.name; }
-  const std::string& type() const { return cfg_.type; }
+  LayerType type() const { return cfg_.type; }
   const LayerConfig& cfg() const { return cfg_; }
   DType dtype() const { return dtype_; }
   Shape in_shape() const { return in_shape_; }
@@ -149,11 +149,11 @@ void grads_ready(const Context& c, const Layer& l);
 class Sequence {
  public:
   /// Builds the layers of `cfgs` for inputs of per-sample `in_shape` arriving in `in_dtype`.
-  /// `inherited_dtype` is the dtype string nested layers fall back on; `last_of_model`
+  /// `inherited_dtype` is the `dtype:` nested layers fall back on (unset: the policy); `last_of_model`
   /// marks the sequence whose last layer produces the logits; `first_of_model` marks the
   /// one whose first layer needs no input gradient.
   void build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_shape, DType in_dtype,
-             const std::string& inherited_dtype, int depth, bool last_of_model, bool first_of_model);
+             std::optional<LayerDType> inherited_dtype, int depth, bool last_of_model, bool first_of_model);
   /// Appends an already-built layer (the residual projection).
   void append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx);
 
@@ -198,7 +198,7 @@ inline void same_pad(int H, int R, int s, int& lo, int& hi) {
 }
 
 std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType dtype,
-                                  const std::string& inherited_dtype, int depth, bool is_last, bool need_dx);
+                                  std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx);
 
 // Factories of the individual layer types (one file each).
 std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
@@ -211,9 +211,9 @@ std::unique_ptr<Layer> make_flatten(Context& c, const LayerConfig& cfg, Shape in
 std::unique_ptr<Layer> make_dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
 std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
 std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
-                                     const std::string& inherited_dtype, int depth);
+                                     std::optional<LayerDType> inherited_dtype, int depth);
 
-/// Maps "linear"/"relu"/"softmax" to the fused activation; throws for softmax unless is_last.
+/// Maps linear/relu/softmax to the fused activation; throws for softmax unless is_last.
 Activation parse_activation(const LayerConfig& cfg, bool is_last);
 
 // ---- template ----------------------------------------------------------------

@@ -121,7 +121,7 @@ void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
     throw ConfigError(nn::where(first) + ": " + e.what());
   }
   m.input = m.c.plan(d0, Shape{H, W, C}, "model input", true);
-  m.seq.build(m.c, cfg.model.layers, Shape{H, W, C}, d0, "", 0, true, true);
+  m.seq.build(m.c, cfg.model.layers, Shape{H, W, C}, d0, std::nullopt, 0, true, true);
 
   const nn::Layer& last = m.seq.last();
   const Shape out = m.seq.out_shape();
@@ -130,7 +130,7 @@ void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
         "{}: the last layer outputs {} per sample but the data set has {} classes; the last layer must be a "
         "dense layer with units: {} (or a layer of that flat width)",
         nn::where(last.cfg()), out.str(), num_classes, num_classes));
-  m.softmax = last.cfg().activation == "softmax";
+  m.softmax = last.cfg().activation == ActivationName::Softmax;
   if (last.dtype() != DType::F32) {
     m.logits32 = m.c.plan(DType::F32, out, "logits float32 cast", false);
     m.dlogits16 = m.c.plan(last.dtype(), out, "logits gradient cast", false);
@@ -320,7 +320,8 @@ std::string Model::first_nonfinite_backward() {
 
 std::vector<LayerTensors> Model::layer_tensors() const {
   std::vector<LayerTensors> out;
-  for (const nn::Layer* l : impl_->order) out.push_back({l->name(), l->type(), l->depth(), l->last_out, l->last_dx});
+  for (const nn::Layer* l : impl_->order)
+    out.push_back({l->name(), enum_name(l->type()), l->depth(), l->last_out, l->last_dx});
   return out;
 }
 
@@ -345,9 +346,9 @@ std::string Model::summary_table() const {
   std::array<size_t, 5> w{};
   for (size_t k = 0; k < 5; ++k) w[k] = head[k].size();
   for (const LayerInfo& i : infos) {
-    std::array<std::string, 5> r{std::string(static_cast<size_t>(2 * i.depth), ' ') + i.name + " (" + i.type + ")",
-                                 keras_shape(i.output_shape), with_commas(i.params), dtype_name(i.compute_dtype),
-                                 dtype_name(i.variable_dtype)};
+    std::array<std::string, 5> r{
+        std::string(static_cast<size_t>(2 * i.depth), ' ') + i.name + " (" + enum_name(i.type) + ")",
+        keras_shape(i.output_shape), with_commas(i.params), dtype_name(i.compute_dtype), dtype_name(i.variable_dtype)};
     for (size_t k = 0; k < 5; ++k) w[k] = std::max(w[k], r[k].size());
     rows.push_back(r);
   }

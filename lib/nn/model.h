@@ -23,7 +23,7 @@ class Layer;
 /// One row of the model summary (Keras model.summary()).
 struct LayerInfo {
   std::string name;
-  std::string type;
+  LayerType type = LayerType::Dense;
   Shape input_shape;    // per sample, as the layer receives it
   Shape output_shape;   // per sample: [H, W, C] or [C]
   int64_t params = 0;   // trainable + non-trainable
@@ -173,7 +173,7 @@ class Model {
 };
 
 /// @brief Policy a layer computes in: its `dtype:` override or the model's.
-/// Resolves "float32" / "mixed_float16" / "float16" / "mixed_bfloat16" / "bfloat16".
-DType compute_dtype_for(Policy model_policy, const std::string& layer_dtype);
+/// Unset: the model's policy (which must not be Auto by now).
+DType compute_dtype_for(Policy model_policy, std::optional<LayerDType> layer_dtype);
 
 }  // namespace mpx

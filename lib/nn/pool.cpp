@@ -17,7 +17,7 @@ class Pool : public Layer {
     if (in.rank != 3)
       throw ConfigError(fmt::format("{}: {} needs a per-sample [H, W, C] input, got {}", where(cfg), cfg.type,
                                     in.str()));
-    p_.kind = cfg.type == "max_pool" ? PoolKind::Max : PoolKind::Avg;
+    p_.kind = cfg.type == LayerType::MaxPool ? PoolKind::Max : PoolKind::Avg;
     p_.R = cfg.pool_h;
     p_.S = cfg.pool_w;
     p_.stride_h = cfg.pool_stride_h > 0 ? cfg.pool_stride_h : cfg.pool_h;
@@ -26,11 +26,9 @@ class Pool : public Layer {
       throw ConfigError(fmt::format("{}: pool size ({}x{}) and strides ({}x{}) must be positive", where(cfg), p_.R,
                                     p_.S, p_.stride_h, p_.stride_w));
     const int H = static_cast<int>(in[0]), W = static_cast<int>(in[1]);
-    if (cfg.padding == "same") {
+    if (cfg.padding == Padding::Same) {  // else valid: no padding
       same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
       same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
-    } else if (cfg.padding != "valid") {
-      throw ConfigError(where(cfg) + ": padding must be same or valid, got '" + cfg.padding + "'");
     }
     const int P = p_.out_h(H), Q = p_.out_w(W);
     if (P <= 0 || Q <= 0)

@@ -14,10 +14,10 @@ namespace {
 
 class Residual : public Layer {
  public:
-  Residual(Context& c, const LayerConfig& cfg, Shape in, DType t, const std::string& dtype_str, int depth)
+  Residual(Context& c, const LayerConfig& cfg, Shape in, DType t, std::optional<LayerDType> inherited_dtype, int depth)
       : Layer(cfg, t, in, depth, c.next_layer_index++) {
     if (cfg.layers.empty()) throw ConfigError(where(cfg) + ": a residual block needs a non-empty `layers` list");
-    branch_.build(c, cfg.layers, in, t, dtype_str, depth + 1, false, false);
+    branch_.build(c, cfg.layers, in, t, inherited_dtype, depth + 1, false, false);
     out_shape_ = branch_.out_shape();
     if (out_shape_ != in) {
       if (in.rank != 3 || out_shape_.rank != 3)
@@ -26,14 +26,14 @@ class Residual : public Layer {
             "shapes on both sides",
             where(cfg), out_shape_.str(), in.str()));
       LayerConfig p;
-      p.type = "conv2d";
+      p.type = LayerType::Conv2d;
       p.name = cfg.name + "_projection";
-      p.dtype = dtype_str;
+      p.dtype = inherited_dtype;
       p.filters = out_shape_[2];
       p.kernel_h = p.kernel_w = 1;
       p.stride_h = static_cast<int>((in[0] + out_shape_[0] - 1) / out_shape_[0]);
       p.stride_w = static_cast<int>((in[1] + out_shape_[1] - 1) / out_shape_[1]);
-      p.padding = "valid";
+      p.padding = Padding::Valid;
       p.use_bias = false;
       p.key_path = cfg.key_path;
       p.line = cfg.line;
@@ -122,7 +122,7 @@ class Residual : public Layer {
 }  // namespace
 
 std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
-                                     const std::string& inherited_dtype, int depth) {
+                                     std::optional<LayerDType> inherited_dtype, int depth) {
   return std::make_unique<Residual>(c, cfg, in, t, inherited_dtype, depth);
 }
 

@@ -32,16 +32,17 @@ Tensor Planned::at(int64_t n) const {
 }
 
 Activation parse_activation(const LayerConfig& cfg, bool is_last) {
-  if (cfg.activation == "linear" || cfg.activation.empty()) return Activation::None;
-  if (cfg.activation == "relu") return Activation::Relu;
-  if (cfg.activation == "softmax") {
-    if (!is_last)
-      throw ConfigError(where(cfg) +
-                        ": activation softmax is only allowed on the last layer of the model (it is fused into "
-                        "the float32 loss); use relu or linear here");
-    return Activation::None;
+  switch (cfg.activation) {
+    case ActivationName::Linear: return Activation::None;
+    case ActivationName::Relu: return Activation::Relu;
+    case ActivationName::Softmax:
+      if (!is_last)
+        throw ConfigError(where(cfg) +
+                          ": activation softmax is only allowed on the last layer of the model (it is fused into "
+                          "the float32 loss); use relu or linear here");
+      return Activation::None;
   }
-  throw ConfigError(where(cfg) + ": unknown activation '" + cfg.activation + "' (expected linear, relu or softmax)");
+  throw ConfigError(fmt::format("{}: unknown activation {}", where(cfg), static_cast<int>(cfg.activation)));
 }
 
 // ---- Context -------------------------------------------------------------------
@@ -186,7 +187,7 @@ void Layer::append_infos(const Context& c, std::vector<LayerInfo>& out) const {
 // ---- Sequence ------------------------------------------------------------------
 
 void Sequence::build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_shape, DType in_dtype,
-                     const std::string& inherited_dtype, int depth, bool last_of_model, bool first_of_model) {
+                     std::optional<LayerDType> inherited_dtype, int depth, bool last_of_model, bool first_of_model) {
   in_shape_ = out_shape_ = in_shape;
   in_dtype_ = out_dtype_ = in_dtype;
   for (size_t i = 0; i < cfgs.size(); ++i) {
@@ -194,15 +195,14 @@ void Sequence::build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_
     if (cfg.name.empty()) cfg.name = fmt::format("{}_{}", cfg.type, c.next_layer_index);
     DType t;
     try {
-      t = compute_dtype_for(c.policy, cfg.dtype.empty() ? inherited_dtype : cfg.dtype);
+      t = compute_dtype_for(c.policy, cfg.dtype ? cfg.dtype : inherited_dtype);
     } catch (const ConfigError& e) {
       throw ConfigError(where(cfg) + ": " + e.what());
     }
     c.note_dtype(t, cfg);
     const bool is_last = last_of_model && i + 1 == cfgs.size();
     const bool need_dx = !(first_of_model && i == 0);
-    auto layer = make_layer(c, cfg, out_shape_, t, cfg.dtype.empty() ? inherited_dtype : cfg.dtype, depth,
-                            is_last, need_dx);
+    auto layer = make_layer(c, cfg, out_shape_, t, cfg.dtype ? cfg.dtype : inherited_dtype, depth, is_last, need_dx);
     add_step(c, std::move(layer), out_dtype_, need_dx);
   }
 }
@@ -288,23 +288,24 @@ void Sequence::collect_backward(std::vector<const Layer*>& out) const {
 // ---- make_layer ------------------------------------------------------------------
 
 std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, DType t,
-                                  const std::string& inherited_dtype, int depth, bool is_last, bool need_dx) {
+                                  std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx) {
   std::unique_ptr<Layer> l;
-  const std::string& ty = cfg.type;
-  if (ty != "activation" && ty != "conv2d" && ty != "dense") parse_activation(cfg, is_last);  // defaults: linear
-  if (ty == "conv2d") l = make_conv2d(c, cfg, in, t, depth, is_last);
-  else if (ty == "dense") l = make_dense(c, cfg, in, t, depth, is_last);
-  else if (ty == "max_pool" || ty == "avg_pool") l = make_pool(c, cfg, in, t, depth);
-  else if (ty == "global_avg_pool") l = make_global_avg_pool(c, cfg, in, t, depth);
-  else if (ty == "activation") l = make_activation(c, cfg, in, t, depth, is_last);
-  else if (ty == "flatten") l = make_flatten(c, cfg, in, t, depth);
-  else if (ty == "dropout") l = make_dropout(c, cfg, in, t, depth);
-  else if (ty == "batch_norm") l = make_batch_norm(c, cfg, in, t, depth);
-  else if (ty == "residual") l = make_residual(c, cfg, in, t, inherited_dtype, depth);
-  else
-    throw ConfigError(where(cfg) + ": unknown layer type '" + ty +
-                      "' (expected conv2d, dense, activation, max_pool, avg_pool, global_avg_pool, flatten, "
-                      "dropout, batch_norm or residual)");
+  using T = LayerType;
+  const T ty = cfg.type;
+  if (ty != T::Activation && ty != T::Conv2d && ty != T::Dense) parse_activation(cfg, is_last);  // defaults: linear
+  switch (ty) {
+    case T::Conv2d: l = make_conv2d(c, cfg, in, t, depth, is_last); break;
+    case T::Dense: l = make_dense(c, cfg, in, t, depth, is_last); break;
+    case T::MaxPool:
+    case T::AvgPool: l = make_pool(c, cfg, in, t, depth); break;
+    case T::GlobalAvgPool: l = make_global_avg_pool(c, cfg, in, t, depth); break;
+    case T::Activation: l = make_activation(c, cfg, in, t, depth, is_last); break;
+    case T::Flatten: l = make_flatten(c, cfg, in, t, depth); break;
+    case T::Dropout: l = make_dropout(c, cfg, in, t, depth); break;
+    case T::BatchNorm: l = make_batch_norm(c, cfg, in, t, depth); break;
+    case T::Residual: l = make_residual(c, cfg, in, t, inherited_dtype, depth); break;
+  }
+  if (!l) throw ConfigError(fmt::format("{}: unknown layer type {}", where(cfg), static_cast<int>(ty)));
   if (need_dx) l->plan_dx(c);
   return l;
 }

@@ -61,7 +61,7 @@ std::vector<std::string> tensor_core_warnings(const Model& model, int64_t batch_
   for (const LayerInfo* i : half) {
     if (no_bf16_cores && i->compute_dtype == DType::BF16) continue;
     const std::string idle = "Tensor Cores idle for this layer " + under(policy, i->compute_dtype);
-    if (i->type == "conv2d" && i->input_shape.rank == 3 && i->output_shape.rank == 3) {
+    if (i->type == LayerType::Conv2d && i->input_shape.rank == 3 && i->output_shape.rank == 3) {
       const int64_t cin = i->input_shape[2], k = i->output_shape[2];
       if (!multiple_of_8(cin)) {
         if (i->input_shape == model_in && cin < 8)
@@ -79,7 +79,7 @@ std::vector<std::string> tensor_core_warnings(const Model& model, int64_t batch_
       if (!multiple_of_8(k))
         out.push_back(fmt::format("conv2d '{}': {} filters (not a multiple of 8): {}; use filters: {}", i->name, k,
                                   idle, round_up_8(k)));
-    } else if (i->type == "dense" && i->input_shape.rank == 1 && i->output_shape.rank == 1) {
+    } else if (i->type == LayerType::Dense && i->input_shape.rank == 1 && i->output_shape.rank == 1) {
       const int64_t fin = i->input_shape[0], units = i->output_shape[0];
       if (!multiple_of_8(fin))
         out.push_back(fmt::format(

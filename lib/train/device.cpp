@@ -86,7 +86,7 @@ namespace {
 const LayerConfig* last_layer(const std::vector<LayerConfig>& layers) {
   if (layers.empty()) return nullptr;
   const LayerConfig& l = layers.back();
-  if (l.type == "residual") return last_layer(l.layers);
+  if (l.type == LayerType::Residual) return last_layer(l.layers);
   return &l;
 }
 
@@ -100,13 +100,13 @@ std::vector<std::string> precision_warnings(const Config& cfg, Policy resolved, 
                 "and the model may stop learning; use loss_scale.mode dynamic (the default for mixed_float16)");
   }
   if (const LayerConfig* last = last_layer(cfg.model.layers)) {
-    if (last->activation == "softmax") {
+    if (last->activation == ActivationName::Softmax) {
       const DType dt = compute_dtype_for(resolved, last->dtype);
       if (is_16bit(dt)) {
         w.push_back(fmt::format(
             "the output layer '{}' computes in {} and has a softmax: mpx fuses the softmax into the float32 loss, "
             "but its logits are rounded to {} first (Keras: put the output layer in float32 with dtype: float32)",
-            last->name.empty() ? last->type : last->name, dtype_name(dt), dtype_name(dt)));
+            last->name.empty() ? std::string(enum_name(last->type)) : last->name, dtype_name(dt), dtype_name(dt)));
       }
     }
   }

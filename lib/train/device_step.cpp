@@ -20,7 +20,7 @@ namespace {
 
 bool has_dropout(const std::vector<LayerConfig>& layers) {
   for (const LayerConfig& l : layers)
-    if (l.type == "dropout" || has_dropout(l.layers)) return true;
+    if (l.type == LayerType::Dropout || has_dropout(l.layers)) return true;
   return false;
 }
 
@@ -213,13 +213,13 @@ class DeviceStepper final : public Stepper {
 }  // namespace
 
 std::unique_ptr<Stepper> make_device_stepper(const StepParts& p, std::string* why) {
-  const std::string& want = p.cfg.train.sync;
+  const SyncMode want = p.cfg.train.sync;
   const bool gpu = p.be.info().name != "cpu";
   const int world = p.comm ? p.comm->world_size() : 1;
-  if (want == "step") *why = "train.sync: step";
+  if (want == SyncMode::Step) *why = "train.sync: step";
   else if (world > 1) *why = "data parallel: the ranks share their verdicts on the host";
   else if (p.cfg.debug.check_numerics) *why = "debug.check_numerics scans every layer on the host";
-  else if (want == "auto" && !gpu) *why = "train.sync: auto on the CPU";
+  else if (want == SyncMode::Auto && !gpu) *why = "train.sync: auto on the CPU";
   else return std::make_unique<DeviceStepper>(p);
   return nullptr;
 }

@@ -193,7 +193,7 @@ Engine::Engine(const Config& cfg, Policy policy, Backend& be, std::unique_ptr<Mo
   std::string why;
   stepper_ = make_device_stepper(parts, &why);
   if (!stepper_) {
-    if (cfg.train.sync == "log") spdlog::warn("train.sync: log is not possible here ({}); the step reads back every step", why);
+    if (cfg.train.sync == SyncMode::Log) spdlog::warn("train.sync: log is not possible here ({}); the step reads back every step", why);
     stepper_ = make_host_stepper(parts, why);
   }
 }

@@ -7,20 +7,25 @@
 namespace mpx {
 
 int Optimizer::num_arenas(const OptimizerConfig& cfg) {
-  if (cfg.name == "sgd") return 1;
-  if (cfg.name == "adam" || cfg.name == "adamw") return 2;
-  throw ConfigError("optimizer.name: unknown optimizer '" + cfg.name + "' (expected sgd | adam | adamw)");
+  switch (cfg.name) {
+    case OptimizerName::Sgd: return 1;  // momentum
+    case OptimizerName::Adam:
+    case OptimizerName::AdamW: return 2;  // m, v
+  }
+  return 0;
 }
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, Backend& backend, int64_t num_params)
     : cfg_(cfg), backend_(backend), n_(num_params) {
   const int arenas = num_arenas(cfg);
   std::vector<const char*> what = {"optimizer state m", "optimizer state v"};
-  if (cfg.name == "sgd") {
-    kind_ = OptimizerStep::Kind::Sgd;
-    what = {"optimizer momentum"};
-  } else {
-    kind_ = cfg.name == "adam" ? OptimizerStep::Kind::Adam : OptimizerStep::Kind::AdamW;
+  switch (cfg.name) {
+    case OptimizerName::Sgd:
+      kind_ = OptimizerStep::Kind::Sgd;
+      what = {"optimizer momentum"};
+      break;
+    case OptimizerName::Adam: kind_ = OptimizerStep::Kind::Adam; break;
+    case OptimizerName::AdamW: kind_ = OptimizerStep::Kind::AdamW; break;
   }
   const bool keeps = state_bytes_for(cfg, 1) > 0;
   states_.resize(static_cast<size_t>(arenas));
@@ -34,7 +39,7 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, Backend& backend, int64_t num_p
 }
 
 size_t Optimizer::state_bytes_for(const OptimizerConfig& cfg, int64_t num_params) {
-  if (cfg.name == "sgd" && cfg.momentum == 0.0) return 0;  // plain SGD keeps no state
+  if (cfg.name == OptimizerName::Sgd && cfg.momentum == 0.0) return 0;  // plain SGD keeps no state
   return static_cast<size_t>(num_arenas(cfg)) * static_cast<size_t>(num_params) * sizeof(float);
 }
 
@@ -91,7 +96,7 @@ void Optimizer::upload_states(const std::vector<std::vector<float>>& s) {
   while (got.size() > want.size() && got.back() == 0) got.pop_back();  // a file with more (empty) arenas
   if (want != got)
     throw ConfigError("the checkpoint's optimizer state (" + sizes(got) + " values) does not fit optimizer '" +
-                      cfg_.name + "' (" + sizes(want) + ")");
+                      std::string(enum_name(cfg_.name)) + "' (" + sizes(want) + ")");
   for (size_t i = 0; i < states_.size(); ++i)
     if (!states_[i].empty()) backend_.upload(states_[i], s[i].data());
 }

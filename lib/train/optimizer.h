@@ -36,7 +36,7 @@ class Optimizer {
   int64_t applied_updates() const { return applied_; }
   void set_applied_updates(int64_t n) { applied_ = n; }
 
-  const std::string& name() const { return cfg_.name; }
+  OptimizerName name() const { return cfg_.name; }
   /// The state arenas of an optimizer, each as long as the master arena, in checkpoint
   /// order (SGD: momentum, empty without momentum; Adam/AdamW: m, v).
   static int num_arenas(const OptimizerConfig& cfg);

@@ -13,13 +13,12 @@ namespace mpx {
 LrSchedule::LrSchedule(const ScheduleConfig& cfg, double base_lr, int64_t epochs, int64_t steps_per_epoch)
     : cfg_(cfg), base_lr_(base_lr), epochs_(std::max<int64_t>(epochs, 1)),
       steps_per_epoch_(std::max<int64_t>(steps_per_epoch, 1)) {
-  if (cfg.name == "constant") kind_ = Kind::Constant;
-  else if (cfg.name == "step") kind_ = Kind::Step;
-  else if (cfg.name == "cosine") kind_ = Kind::Cosine;
-  else if (cfg.name == "reduce_on_plateau") kind_ = Kind::Plateau;
-  else
-    throw ConfigError("schedule.name: unknown schedule '" + cfg.name +
-                      "' (expected constant | step | cosine | reduce_on_plateau)");
+  switch (cfg.name) {
+    case ScheduleName::Constant: kind_ = Kind::Constant; break;
+    case ScheduleName::Step: kind_ = Kind::Step; break;
+    case ScheduleName::Cosine: kind_ = Kind::Cosine; break;
+    case ScheduleName::ReduceOnPlateau: kind_ = Kind::Plateau; break;
+  }
   if (kind_ == Kind::Step && cfg.step_epochs <= 0)
     throw ConfigError("schedule.step_epochs must be > 0, got " + std::to_string(cfg.step_epochs));
   warmup_steps_ = static_cast<int64_t>(std::llround(std::max(0.0, cfg.warmup_epochs) *

@@ -17,10 +17,7 @@ namespace mpx {
 Shape config_input_shape(const Config& cfg) {
   const auto& s = cfg.model.input_shape;
   if (s.size() == 3) return Shape{s[0], s[1], s[2]};
-  if (cfg.data.dataset == "cifar10") return Shape{32, 32, 3};
-  if (cfg.data.dataset == "mnist" || cfg.data.dataset == "fashion_mnist" || cfg.data.dataset == "synthetic")
-    return Shape{28, 28, 1};
-  throw ConfigError(fmt::format("{}: cannot tell the model's input shape: set model.input_shape", cfg.source));
+  return cfg.data.dataset == DatasetName::Cifar10 ? Shape{32, 32, 3} : Shape{28, 28, 1};
 }
 
 namespace {

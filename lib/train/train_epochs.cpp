@@ -181,7 +181,7 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
                epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc,
                do_eval ? fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss,
                                      st_.last_test_accuracy, st_.best_test_accuracy,
-                                     c.train.eval_policy == "float32" ? ", float32 eval" : "")
+                                     c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "")
                        : std::string(),
                rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), skipped,
                skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)

@@ -53,8 +53,8 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.config_name = cfg.name;
   h.policy = policy_name(cfg.policy);
   h.device = who.device;
-  h.optimizer = cfg.optimizer.name;
-  h.dataset = cfg.data.dataset;
+  h.optimizer = enum_name(cfg.optimizer.name);
+  h.dataset = enum_name(cfg.data.dataset);
   h.seed = cfg.seed;
   h.batch_size = cfg.data.batch_size;
   h.world_size = who.world_size;
@@ -99,10 +99,10 @@ TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, con
     }
   }
   restore_model(parts.be, parts.model, ck, path, cfg);
-  if (h.optimizer != cfg.optimizer.name)
+  if (h.optimizer != enum_name(cfg.optimizer.name))
     throw ConfigError(fmt::format("checkpoint '{}' was written by optimizer '{}', the config uses '{}'", path,
                                   h.optimizer, cfg.optimizer.name));
-  if (h.dataset != cfg.data.dataset)
+  if (h.dataset != enum_name(cfg.data.dataset))
     throw ConfigError(fmt::format("checkpoint '{}' was trained on data set '{}', the config reads '{}'", path,
                                   h.dataset, cfg.data.dataset));
   if (h.seed != cfg.seed)

@@ -28,7 +28,7 @@ namespace {
 Config strip_layer_dtypes(Config c) {
   std::function<void(std::vector<LayerConfig>&)> strip = [&](std::vector<LayerConfig>& ls) {
     for (auto& l : ls) {
-      l.dtype.clear();
+      l.dtype.reset();
       strip(l.layers);
     }
   };
@@ -90,7 +90,7 @@ void TrainRun::start() {
   result_.run_dir = run_dir_;
   result_.policy = policy_name(cfg().policy);
   result_.device = session_->device().device;
-  result_.eval_policy = cfg().train.eval_policy == "float32" ? "float32" : policy_name(cfg().policy);
+  result_.eval_policy = cfg().train.eval_policy == EvalPolicy::Float32 ? "float32" : policy_name(cfg().policy);
   result_.final_loss_scale = cfg().loss_scale.mode == LossScaleMode::None ? 1.0 : cfg().loss_scale.initial;
   log_ = std::make_unique<RunLog>(run_dir_, rank0_, rank0_ && opts_.progress && ::isatty(STDERR_FILENO) != 0);
 }
@@ -147,7 +147,7 @@ void TrainRun::build_engine() {
       if (!c.weights.init_from.empty()) spdlog::info("weights: {}", from);
     }
   });
-  if (c.train.eval_policy == "float32" && !engine_->model().compute_copy().empty())
+  if (c.train.eval_policy == EvalPolicy::Float32 && !engine_->model().compute_copy().empty())
     eval_model_ = session_->make_model(local_batch_, Policy::Float32, strip_layer_dtypes(c));
   const double base_lr = c.optimizer.learning_rate *
                          (c.optimizer.scale_lr_by_batch ? static_cast<double>(c.data.batch_size) / 256.0 : 1.0);

@@ -21,15 +21,6 @@ std::optional<WeightsLayout> parse_weights_layout(const std::string& s) {
   return std::nullopt;
 }
 
-Shape model_input_shape(const Config& cfg) {
-  const auto& s = cfg.model.input_shape;
-  if (s.size() == 3) return Shape{s[0], s[1], s[2]};
-  if (cfg.data.dataset == "cifar10") return Shape{32, 32, 3};
-  if (cfg.data.dataset == "mnist" || cfg.data.dataset == "fashion_mnist" || cfg.data.dataset == "synthetic")
-    return Shape{28, 28, 1};
-  throw ConfigError(fmt::format("{}: cannot tell the model's input shape: set model.input_shape", cfg.source));
-}
-
 namespace {
 
 std::vector<int64_t> dims(const Shape& s) {
@@ -47,20 +38,21 @@ void find_flatten_origins(const std::vector<LayerConfig>& layers, Shape cur, std
     const auto it = out_shapes.find(L.name);
     if (it == out_shapes.end()) break;  // not built (cannot happen for a built model)
     const Shape out = it->second;
-    const std::string& t = L.type;
-    if (t == "flatten") {
+    using T = LayerType;
+    const T t = L.type;
+    if (t == T::Flatten) {
       if (cur.rank == 3) origin = cur[0] * cur[1] > 1 ? std::optional<Shape>(cur) : std::nullopt;
-    } else if (t == "dense") {
+    } else if (t == T::Dense) {
       if (origin) rec[L.name] = *origin;
       origin.reset();
-    } else if (t == "batch_norm") {
+    } else if (t == T::BatchNorm) {
       if (origin && cur.rank == 1) rec[L.name] = *origin;
-    } else if (t == "residual") {
+    } else if (t == T::Residual) {
       std::optional<Shape> inner;
       find_flatten_origins(L.layers, cur, origin, out_shapes, rec, &inner);
       // The sum keeps the order only when the branch did not reorder (no dense inside).
       if (!(out == cur && inner == origin)) origin.reset();
-    } else if (t != "dropout" && t != "activation") {
+    } else if (t != T::Dropout && t != T::Activation) {
       origin.reset();
     }
     cur = out;
@@ -79,7 +71,7 @@ int64_t nhwc_of_nchw(int64_t j, const Shape& o) {
 
 std::vector<WeightSlot> weight_slots(const Model& m, const Config& cfg, const Shape& input, WeightsLayout layout) {
   std::map<std::string, Shape> out_shapes;
-  std::map<std::string, std::string> types;
+  std::map<std::string, LayerType> types;
   for (const LayerInfo& li : m.layer_infos()) {
     out_shapes[li.name] = li.output_shape;
     types[li.name] = li.type;
@@ -93,7 +85,7 @@ std::vector<WeightSlot> weight_slots(const Model& m, const Config& cfg, const Sh
     const ParamInfo& p = ps[i];
     WeightSlot s;
     s.param = i;
-    const std::string& type = types.count(p.layer) ? types[p.layer] : std::string();
+    const bool bn_layer = types.count(p.layer) && types.at(p.layer) == LayerType::BatchNorm;
     const auto org = origins.find(p.layer);
     if (layout == WeightsLayout::Keras) {
       s.name = p.layer + "/" + p.name;
@@ -117,7 +109,7 @@ std::vector<WeightSlot> weight_slots(const Model& m, const Config& cfg, const Sh
     } else {
       static const std::map<std::string, std::string> bn = {
           {"gamma", "weight"}, {"beta", "bias"}, {"moving_mean", "running_mean"}, {"moving_variance", "running_var"}};
-      const bool is_bn = type == "batch_norm" && bn.count(p.name);
+      const bool is_bn = bn_layer && bn.count(p.name);
       s.name = p.layer + "." + (is_bn ? bn.at(p.name) : p.name == "kernel" ? std::string("weight") : p.name);
       s.shape = dims(p.shape);
       if (p.name == "kernel" && p.shape.rank == 4) {  // [K, R, S, C] -> [K, C, R, S]

@@ -66,8 +66,6 @@ WeightsLayout import_weights(Model& m, Backend& be, const Config& cfg, const Sha
 WeightsLayout import_weights(Model& m, Backend& be, const Config& cfg, const Shape& input, const StFile& f,
                              const std::string& source);
 
-/// @brief The per-sample model input [H, W, C] without loading data: model.input_shape
-/// when given, else the data set's (mnist, fashion_mnist, synthetic 28x28x1; cifar10 32x32x3).
-Shape model_input_shape(const Config& cfg);
+
 
 }  // namespace mpx

@@ -120,9 +120,10 @@ TEST_CASE("rank: bucketed all-reduce of a model's gradients during backward equa
   const int r = comm.rank();
   auto be = create_backend("cpu");
   using namespace support;
-  const Config cfg = model_config({conv_layer(8, 3, 1, "same", "relu"),
-                                   residual_layer({conv_layer(16, 3, 1, "same", "relu"), conv_layer(16, 3, 1, "same")}),
-                                   make_layer("global_avg_pool"), dense_layer(16, "relu"), dense_layer(10)});
+  const Config cfg = model_config(
+      {conv_layer(8, 3, 1, Padding::Same, ActivationName::Relu),
+       residual_layer({conv_layer(16, 3, 1, Padding::Same, ActivationName::Relu), conv_layer(16, 3, 1, Padding::Same)}),
+       make_layer(LayerType::GlobalAvgPool), dense_layer(16, ActivationName::Relu), dense_layer(10)});
   const int64_t n = 4;
   Model m(cfg, Policy::Float32, *be, 8, 8, 3, 10, n);
   m.init_params(5);  // same weights on both ranks, different data

@@ -140,14 +140,15 @@ inline GradCheckResult gradcheck_model(mpx::Model& m, mpx::Backend& be, const st
 
 // ---- small models built in code ------------------------------------------------
 
-inline mpx::LayerConfig make_layer(const std::string& type) {
+inline mpx::LayerConfig make_layer(mpx::LayerType type) {
   mpx::LayerConfig l;
   l.type = type;
   return l;
 }
-inline mpx::LayerConfig conv_layer(int64_t filters, int kernel, int stride = 1, const std::string& padding = "valid",
-                                   const std::string& activation = "linear") {
-  mpx::LayerConfig l = make_layer("conv2d");
+inline mpx::LayerConfig conv_layer(int64_t filters, int kernel, int stride = 1,
+                                   mpx::Padding padding = mpx::Padding::Valid,
+                                   mpx::ActivationName activation = mpx::ActivationName::Linear) {
+  mpx::LayerConfig l = make_layer(mpx::LayerType::Conv2d);
   l.filters = filters;
   l.kernel_h = l.kernel_w = kernel;
   l.stride_h = l.stride_w = stride;
@@ -155,14 +156,14 @@ inline mpx::LayerConfig conv_layer(int64_t filters, int kernel, int stride = 1, 
   l.activation = activation;
   return l;
 }
-inline mpx::LayerConfig dense_layer(int64_t units, const std::string& activation = "linear") {
-  mpx::LayerConfig l = make_layer("dense");
+inline mpx::LayerConfig dense_layer(int64_t units, mpx::ActivationName activation = mpx::ActivationName::Linear) {
+  mpx::LayerConfig l = make_layer(mpx::LayerType::Dense);
   l.units = units;
   l.activation = activation;
   return l;
 }
-inline mpx::LayerConfig pool_layer(const std::string& type, int size, int stride = 0,
-                                   const std::string& padding = "valid") {
+inline mpx::LayerConfig pool_layer(mpx::LayerType type, int size, int stride = 0,
+                                   mpx::Padding padding = mpx::Padding::Valid) {
   mpx::LayerConfig l = make_layer(type);
   l.pool_h = l.pool_w = size;
   l.pool_stride_h = l.pool_stride_w = stride;
@@ -170,7 +171,7 @@ inline mpx::LayerConfig pool_layer(const std::string& type, int size, int stride
   return l;
 }
 inline mpx::LayerConfig residual_layer(std::vector<mpx::LayerConfig> layers) {
-  mpx::LayerConfig l = make_layer("residual");
+  mpx::LayerConfig l = make_layer(mpx::LayerType::Residual);
   l.layers = std::move(layers);
   return l;
 }

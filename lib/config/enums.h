@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// The closed sets of the config (policy, layer type, optimizer, schedule,
+// padding, activation, ...). Each is ONE list below: the enum and its
+// name <-> value table are both generated from it, and the reader, the YAML
+// writer, the error messages and docs/config.md all use that table. Adding a
+// value (say an activation) is one line in its list; the code that acts on the
+// value (a switch in lib/nn or lib/train) is the only other place to touch.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace mpx {
+
+template <class E>
+struct EnumEntry {
+  E value;
+  const char* name;
+};
+
+/// Specialised by MPX_DEFINE_ENUM: `table` lists {value, "name"} in the order
+/// messages and docs show them.
+template <class E>
+struct EnumTraits {};
+
+template <class E, class = void>
+struct HasEnumTable : std::false_type {};
+template <class E>
+struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_type {};
+
+#define MPX_ENUM_ID_(id, text) id,
+#define MPX_ENUM_ROW_(id, text) {Self::id, text},
+#define MPX_DEFINE_ENUM(E, LIST)                                   \
+  enum class E { LIST(MPX_ENUM_ID_) };                             \
+  template <>                                                      \
+  struct EnumTraits<E> {                                           \
+    using Self = E;                                                \
+    static constexpr EnumEntry<E> table[] = {LIST(MPX_ENUM_ROW_)}; \
+  };
+
+// clang-format off
+#define MPX_POLICIES(X) \
+  X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16") X(Auto, "auto")
+#define MPX_LOSS_SCALE_MODES(X) X(Dynamic, "dynamic") X(Fixed, "fixed") X(None, "none")
+#define MPX_DATASETS(X) \
+  X(Mnist, "mnist") X(FashionMnist, "fashion_mnist") X(Cifar10, "cifar10") X(Synthetic, "synthetic")
+#define MPX_LAYER_TYPES(X)                                                                        \
+  X(Conv2d, "conv2d") X(Dense, "dense") X(Activation, "activation") X(MaxPool, "max_pool")        \
+  X(AvgPool, "avg_pool") X(GlobalAvgPool, "global_avg_pool") X(Flatten, "flatten")                \
+  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")
+/// A layer's `dtype:`: a policy name, or the bare 16-bit dtype (same meaning; kept as written).
+#define MPX_LAYER_DTYPES(X)                                                                       \
+  X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16")       \
+  X(Float16, "float16") X(BFloat16, "bfloat16")
+#define MPX_PADDINGS(X) X(Same, "same") X(Valid, "valid")
+#define MPX_ACTIVATIONS(X) \
+  X(Linear, "linear") X(Relu, "relu") X(Softmax, "softmax")
+#define MPX_OPTIMIZERS(X) X(Sgd, "sgd") X(Adam, "adam") X(AdamW, "adamw")
+#define MPX_SCHEDULES(X) \
+  X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau")
+#define MPX_SYNC_MODES(X) X(Auto, "auto") X(Step, "step") X(Log, "log")
+#define MPX_EVAL_POLICIES(X) X(Same, "same") X(Float32, "float32")
+#define MPX_OVERLAP_MODES(X) X(Auto, "auto") X(On, "on") X(Off, "off")
+// clang-format on
+
+MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
+MPX_DEFINE_ENUM(LossScaleMode, MPX_LOSS_SCALE_MODES)
+MPX_DEFINE_ENUM(DatasetName, MPX_DATASETS)
+MPX_DEFINE_ENUM(LayerType, MPX_LAYER_TYPES)
+MPX_DEFINE_ENUM(LayerDType, MPX_LAYER_DTYPES)
+MPX_DEFINE_ENUM(Padding, MPX_PADDINGS)
+/// A layer's `activation:` (lib/backend's Activation is the fused op it becomes).
+MPX_DEFINE_ENUM(ActivationName, MPX_ACTIVATIONS)
+MPX_DEFINE_ENUM(OptimizerName, MPX_OPTIMIZERS)
+MPX_DEFINE_ENUM(ScheduleName, MPX_SCHEDULES)
+MPX_DEFINE_ENUM(SyncMode, MPX_SYNC_MODES)
+MPX_DEFINE_ENUM(EvalPolicy, MPX_EVAL_POLICIES)
+MPX_DEFINE_ENUM(OverlapMode, MPX_OVERLAP_MODES)
+
+/// The config spelling of `e` ("conv2d", "mixed_float16", ...).
+template <class E>
+const char* enum_name(E e) {
+  for (const auto& r : EnumTraits<E>::table)
+    if (r.value == e) return r.name;
+  return "?";
+}
+
+/// The inverse of enum_name; nullopt for a name not in the table.
+template <class E>
+std::optional<E> parse_enum(std::string_view s) {
+  for (const auto& r : EnumTraits<E>::table)
+    if (s == r.name) return r.value;
+  return std::nullopt;
+}
+
+/// Every name, in table order.
+template <class E>
+std::vector<std::string> enum_names() {
+  std::vector<std::string> out;
+  for (const auto& r : EnumTraits<E>::table) out.emplace_back(r.name);
+  return out;
+}
+
+/// Every value, in table order.
+template <class E>
+std::vector<E> enum_values() {
+  std::vector<E> out;
+  for (const auto& r : EnumTraits<E>::table) out.push_back(r.value);
+  return out;
+}
+
+}  // namespace mpx
+
+/// fmt::format("{}", LayerType::Conv2d) == "conv2d": every config enum formats as its name.
+template <class E>
+struct fmt::formatter<E, char, std::enable_if_t<mpx::HasEnumTable<E>::value>> : fmt::formatter<fmt::string_view> {
+  template <class Ctx>
+  auto format(E e, Ctx& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(mpx::enum_name(e), ctx);
+  }
+};
