@@ -23,11 +23,13 @@
 #include "nn/model.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
+#include "support/train_options.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/weights.h"
 
 using namespace mpx;
+using support::options;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using support::read_json;
@@ -62,13 +64,6 @@ Config parse(const std::string& yaml, const std::vector<std::string>& sets = {})
   return parse_config(yaml, "test.yaml", sets);
 }
 
-TrainOptions options(const fs::path& run_dir, const std::string& resume = "") {
-  TrainOptions o;
-  o.run_dir = run_dir.string();
-  o.resume = resume;
-  o.progress = false;
-  return o;
-}
 
 
 

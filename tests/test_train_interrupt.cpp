@@ -10,10 +10,12 @@
 
 #include "config/config.h"
 #include "support/run_files.h"
+#include "support/train_options.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;
+using support::options;
 namespace fs = std::filesystem;
 using support::read_json;
 using support::read_jsonl;
@@ -36,13 +38,6 @@ model:
     - {type: dense, units: 10, activation: softmax}
 )";
 
-TrainOptions options(const fs::path& dir, const std::string& resume = "") {
-  TrainOptions o;
-  o.run_dir = dir.string();
-  o.resume = resume;
-  o.progress = false;
-  return o;
-}
 
 }  // namespace
 

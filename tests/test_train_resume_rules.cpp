@@ -12,10 +12,12 @@
 #include "core/error.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
+#include "support/train_options.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;
+using support::options;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,13 +32,6 @@ std::string yaml(const std::string& kernel) {
          "    - {type: dense, units: 10, activation: softmax, name: out}\n";
 }
 
-TrainOptions options(const fs::path& dir, const std::string& resume = "") {
-  TrainOptions o;
-  o.run_dir = dir.string();
-  o.resume = resume;
-  o.progress = false;
-  return o;
-}
 
 }  // namespace
 

@@ -19,10 +19,12 @@
 #include "config/config.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
+#include "support/train_options.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;
+using support::options;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using support::read_jsonl;
@@ -54,13 +56,6 @@ model:
     - {type: dense, units: 10, activation: softmax, dtype: float32}
 )";
 
-TrainOptions options(const fs::path& run_dir, const std::string& resume = "") {
-  TrainOptions o;
-  o.run_dir = run_dir.string();
-  o.resume = resume;
-  o.progress = false;
-  return o;
-}
 
 
 
