@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "config/yaml_tree.h"
+#include "core/activation.h"
 #include "core/error.h"
 
 namespace mpx {
@@ -70,10 +71,12 @@ const std::vector<std::string>& layer_types() {
 
 const std::vector<std::string>& layer_keys(const std::string& type) {
   static const std::vector<std::string> none;
-  static const std::vector<std::string> conv = {"type",    "name",     "dtype",   "filters",   "kernel",
-                                                "strides", "stride",   "padding", "use_bias", "activation"};
-  static const std::vector<std::string> dense = {"type", "name", "dtype", "units", "use_bias", "activation"};
-  static const std::vector<std::string> act = {"type", "name", "dtype", "activation"};
+  static const std::vector<std::string> conv = {"type",    "name",    "dtype",    "filters",    "kernel",
+                                                "strides", "stride",  "padding",  "use_bias",   "activation",
+                                                "negative_slope"};
+  static const std::vector<std::string> dense = {"type",     "name",       "dtype",         "units",
+                                                 "use_bias", "activation", "negative_slope"};
+  static const std::vector<std::string> act = {"type", "name", "dtype", "activation", "negative_slope"};
   static const std::vector<std::string> pool = {"type",    "name",   "dtype",  "pool_size",
                                                 "size",    "strides", "stride", "padding"};
   static const std::vector<std::string> plain = {"type", "name", "dtype"};
@@ -363,7 +366,12 @@ void read_data(const Reader& r, const MapView& m, DataConfig& c) {
   });
 }
 
-const std::vector<std::string> kActivations = {"linear", "relu", "softmax"};
+// core/activation.h's names, and softmax (fused into the loss; the last layer only).
+const std::vector<std::string> kActivations = [] {
+  std::vector<std::string> v = activation_names();
+  v.emplace_back("softmax");
+  return v;
+}();
 const std::vector<std::string> kPaddings = {"same", "valid"};
 const std::vector<std::string> kLayerDtypes = {"float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16"};
 
@@ -398,6 +406,11 @@ LayerConfig read_layer(const Reader& r, const YNode& n, const std::string& path)
   with(m, "dtype", [&](const YNode& v, const std::string& p) { L.dtype = r.as_enum(v, p, kLayerDtypes); });
   with(m, "use_bias", [&](const YNode& v, const std::string& p) { L.use_bias = r.as_bool(v, p); });
   with(m, "activation", [&](const YNode& v, const std::string& p) { L.activation = r.as_enum(v, p, kActivations); });
+  with(m, "negative_slope", [&](const YNode& v, const std::string& p) {
+    if (L.activation != "leaky_relu")
+      r.fail(v.origin, p, fmt::format("negative_slope applies to activation leaky_relu only, not to {}", L.activation));
+    L.negative_slope = r.as_double(v, p, Reader::ge(0));
+  });
   with(m, "padding", [&](const YNode& v, const std::string& p) { L.padding = r.as_enum(v, p, kPaddings); });
 
   std::string sp;

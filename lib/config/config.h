@@ -66,7 +66,8 @@ struct LayerConfig {
   int stride_h = 1, stride_w = 1;
   std::string padding = "valid";  // same | valid (conv2d, pools)
   bool use_bias = true;
-  std::string activation = "linear";  // linear | relu | softmax
+  std::string activation = "linear";  // core/activation.h's names (linear relu leaky_relu gelu ...) | softmax
+  double negative_slope = 0.2;        // leaky_relu (Keras 3's activation default; Keras 2's layer had 0.3)
   // pools
   int pool_h = 2, pool_w = 2;
   int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size (the loader always fills them in)

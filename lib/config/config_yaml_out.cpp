@@ -66,12 +66,15 @@ void emit_layer(YAML::Emitter& out, const LayerConfig& L) {
     kv(out, "padding", L.padding);
     kv(out, "use_bias", L.use_bias);
     kv(out, "activation", L.activation);
+    if (L.activation == "leaky_relu") kv(out, "negative_slope", D{L.negative_slope});
   } else if (t == "dense") {
     kv(out, "units", L.units);
     kv(out, "use_bias", L.use_bias);
     kv(out, "activation", L.activation);
+    if (L.activation == "leaky_relu") kv(out, "negative_slope", D{L.negative_slope});
   } else if (t == "activation") {
     kv(out, "activation", L.activation);
+    if (L.activation == "leaky_relu") kv(out, "negative_slope", D{L.negative_slope});
   } else if (t == "max_pool" || t == "avg_pool") {
     pair_or_int(out, "pool_size", L.pool_h, L.pool_w);
     pair_or_int(out, "strides", L.pool_stride_h ? L.pool_stride_h : L.pool_h,

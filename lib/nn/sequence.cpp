@@ -32,8 +32,6 @@ Tensor Planned::at(int64_t n) const {
 }
 
 Activation parse_activation(const LayerConfig& cfg, bool is_last) {
-  if (cfg.activation == "linear" || cfg.activation.empty()) return Activation::None;
-  if (cfg.activation == "relu") return Activation::Relu;
   if (cfg.activation == "softmax") {
     if (!is_last)
       throw ConfigError(where(cfg) +
@@ -41,7 +39,29 @@ Activation parse_activation(const LayerConfig& cfg, bool is_last) {
                         "the float32 loss); use relu or linear here");
     return Activation::None;
   }
-  throw ConfigError(where(cfg) + ": unknown activation '" + cfg.activation + "' (expected linear, relu or softmax)");
+  const std::optional<ActKind> kind = activation_kind(cfg.activation);
+  if (!kind) {
+    std::string names;
+    for (const ActivationName& a : kActivationNames) names += std::string(a.name) + ", ";
+    throw ConfigError(where(cfg) + ": unknown activation '" + cfg.activation + "' (expected " + names +
+                      "or softmax on the last layer)");
+  }
+  return Activation{*kind, *kind == ActKind::LeakyRelu ? static_cast<float>(cfg.negative_slope) : 0.0f};
+}
+
+void FusedActivation::plan(Context& c, const LayerConfig& cfg, bool is_last, DType t, Shape out) {
+  act = parse_activation(cfg, is_last);
+  if (act.is_none()) return;
+  if (act.backward_reads() == ActSaved::Input) pre = c.plan(t, out, cfg.name + " pre-activation", true);
+  dz = c.plan(t, out, cfg.name + " " + activation_name(act.kind) + " gradient", false);
+}
+
+Tensor FusedActivation::backward(Context& c, const Tensor& y, const Tensor& dy) const {
+  if (act.is_none()) return dy;
+  const int64_t n = dy.shape[0];
+  const Tensor g = dz.at(n);
+  c.be->activation_backward(act, act.backward_reads() == ActSaved::Input ? pre.at(n) : y, dy, g);
+  return g;
 }
 
 // ---- Context -------------------------------------------------------------------

@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+// Activation functions, each defined in this one file: its config name (Keras 3), its
+// forward formula, its derivative, and which tensor its backward pass reads (the forward
+// input or the forward output). The formulas are written once for the host and the
+// device: the CPU backend's loops and the CUDA kernels call the same functions, in
+// float32 (16-bit tensors are widened before and rounded once after).
+// docs/contributing.md "Adding an activation" is the recipe for a new one.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+// Always inlined: the loops call them with a compile-time kind, and the switch must fold
+// away for the loop to vectorize (a call per element is several times slower).
+#if defined(__CUDACC__)
+#define MPX_ACT_FN __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define MPX_ACT_FN inline __attribute__((always_inline))
+#else
+#define MPX_ACT_FN inline
+#endif
+
+namespace mpx {
+
+/// Every activation a layer can apply. None is the identity (Keras "linear").
+enum class ActKind : uint8_t { None, Relu, LeakyRelu, Gelu, GeluTanh, Silu };
+
+/// The tensor an activation's backward pass reads besides dy.
+enum class ActSaved : uint8_t {
+  Nothing,  // the identity
+  Output,   // the forward output y: exact where y determines act'(x) (relu, leaky_relu with slope >= 0)
+  Input,    // the forward input x (the pre-activation): always exact, costs a kept buffer in fused layers
+};
+
+/// What activation_grad reads for `k`. Input is always right; Output only where the
+/// derivative is an exact function of the (rounded) output.
+constexpr ActSaved backward_reads(ActKind k) {
+  switch (k) {
+    case ActKind::None: return ActSaved::Nothing;
+    case ActKind::Relu:
+    case ActKind::LeakyRelu: return ActSaved::Output;  // y > 0 iff x > 0 (slope >= 0), also after rounding
+    default: return ActSaved::Input;
+  }
+}
+
+/// An activation with its parameter. alpha: leaky_relu's negative slope (>= 0); 0 otherwise.
+struct Activation {
+  ActKind kind = ActKind::None;
+  float alpha = 0.0f;
+
+  constexpr Activation() = default;
+  constexpr Activation(ActKind k, float a = 0.0f) : kind(k), alpha(a) {}  // NOLINT: implicit from a kind
+
+  constexpr ActSaved backward_reads() const { return mpx::backward_reads(kind); }
+  constexpr bool is_none() const { return kind == ActKind::None; }
+  friend constexpr bool operator==(Activation a, Activation b) { return a.kind == b.kind && a.alpha == b.alpha; }
+  friend constexpr bool operator!=(Activation a, Activation b) { return !(a == b); }
+
+  static const Activation None;
+  static const Activation Relu;
+};
+inline constexpr Activation Activation::None{ActKind::None};
+inline constexpr Activation Activation::Relu{ActKind::Relu};
+
+/// Keras 3's default negative slope of the leaky_relu activation function
+/// (keras.activations.leaky_relu; the Keras 2 LeakyReLU layer defaulted to alpha = 0.3).
+constexpr float kLeakyReluDefaultSlope = 0.2f;
+
+// ---- names ----------------------------------------------------------------------------
+
+struct ActivationName {
+  const char* name;
+  ActKind kind;
+};
+/// Config names (Keras 3 spellings; several may map to one kind). "softmax" is not here:
+/// it is fused into the float32 loss, never applied by a layer (nn/sequence.cpp).
+inline constexpr ActivationName kActivationNames[] = {
+    {"linear", ActKind::None},        {"relu", ActKind::Relu}, {"leaky_relu", ActKind::LeakyRelu},
+    {"gelu", ActKind::Gelu},          // Keras gelu(approximate=False): x Phi(x), the erf form
+    {"gelu_tanh", ActKind::GeluTanh},  // Keras gelu(approximate=True): the tanh approximation
+    {"silu", ActKind::Silu},          {"swish", ActKind::Silu},  // Keras: swish is silu's alias
+};
+
+/// The kind of a config name; "" is linear; nullopt when unknown.
+inline std::optional<ActKind> activation_kind(std::string_view name) {
+  if (name.empty()) return ActKind::None;
+  for (const ActivationName& a : kActivationNames)
+    if (name == a.name) return a.kind;
+  return std::nullopt;
+}
+/// The first config name of `k` ("linear" for None).
+inline const char* activation_name(ActKind k) {
+  for (const ActivationName& a : kActivationNames)
+    if (a.kind == k) return a.name;
+  return "?";
+}
+/// Every config name, in table order (the config's allowed values, with softmax added there).
+inline std::vector<std::string> activation_names() {
+  std::vector<std::string> v;
+  for (const ActivationName& a : kActivationNames) v.emplace_back(a.name);
+  return v;
+}
+
+// ---- the math (float32, host and device) ------------------------------------------------
+
+namespace act_detail {
+constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1/sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2/pi)
+constexpr float kGeluTanhCubic = 0.044715f;
+/// 1 / (1 + e^-v): 0 for v << 0, 1 for v >> 0, NaN for NaN.
+MPX_ACT_FN float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+}  // namespace act_detail
+
+/// y = act(x). NaN stays NaN (check_numerics must see it); formulas chosen to stay
+/// accurate in the negative tails (no 1 + erf or 1 + tanh cancellation).
+MPX_ACT_FN float activation_value(Activation a, float x) {
+  using namespace act_detail;
+  switch (a.kind) {
+    case ActKind::None: return x;
+    case ActKind::Relu: return x < 0.0f ? 0.0f : x;
+    case ActKind::LeakyRelu: return x < 0.0f ? a.alpha * x : x;
+    case ActKind::Gelu: return 0.5f * x * erfcf(-x * kSqrtHalf);  // x Phi(x), Phi = erfc(-x/sqrt2)/2
+    case ActKind::GeluTanh: {  // 0.5 x (1 + tanh(u)) = x / (1 + e^-2u)
+      const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
+      return x / (1.0f + expf(-2.0f * u));
+    }
+    case ActKind::Silu: return x / (1.0f + expf(-x));  // x sigmoid(x)
+  }
+  return x;
+}
+
+/// dx = dy * act'(x), where `saved` is the tensor backward_reads(a.kind) names: the output y
+/// for relu / leaky_relu (relu: a dead unit gives +0 even for a non-finite dy), the input x
+/// for the others.
+MPX_ACT_FN float activation_grad(Activation a, float saved, float dy) {
+  using namespace act_detail;
+  switch (a.kind) {
+    case ActKind::None: return dy;
+    case ActKind::Relu: return saved > 0.0f ? dy : 0.0f;
+    case ActKind::LeakyRelu: return saved > 0.0f ? dy : a.alpha * dy;
+    case ActKind::Gelu: {  // Phi(x) + x phi(x)
+      const float x = saved;
+      return dy * (0.5f * erfcf(-x * kSqrtHalf) + x * (kInvSqrt2Pi * expf(-0.5f * x * x)));
+    }
+    case ActKind::GeluTanh: {  // s + 2 x s (1 - s) u', s = sigmoid(2u)
+      const float x = saved, x2 = x * x;
+      const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x2 * x);
+      const float s = sigmoid(2.0f * u), t = s * sigmoid(-2.0f * u);
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCubic * x2);
+      return dy * (s + (t == 0.0f ? 0.0f : 2.0f * x * t * du));  // t == 0: saturated (du may be inf)
+    }
+    case ActKind::Silu: {  // s + x s (1 - s), s = sigmoid(x), 1 - s = sigmoid(-x) without cancellation
+      const float x = saved;
+      const float s = sigmoid(x);
+      return dy * (s + x * s * sigmoid(-x));
+    }
+  }
+  return dy;
+}
+
+/// Calls f(std::integral_constant<ActKind, K>{}) for K = k, so that a loop can be compiled
+/// once per activation (the switch in activation_value/grad folds away). Host only.
+template <typename F>
+decltype(auto) with_activation_kind(ActKind k, F&& f) {
+  switch (k) {
+    case ActKind::Relu: return f(std::integral_constant<ActKind, ActKind::Relu>{});
+    case ActKind::LeakyRelu: return f(std::integral_constant<ActKind, ActKind::LeakyRelu>{});
+    case ActKind::Gelu: return f(std::integral_constant<ActKind, ActKind::Gelu>{});
+    case ActKind::GeluTanh: return f(std::integral_constant<ActKind, ActKind::GeluTanh>{});
+    case ActKind::Silu: return f(std::integral_constant<ActKind, ActKind::Silu>{});
+    case ActKind::None: break;
+  }
+  return f(std::integral_constant<ActKind, ActKind::None>{});
+}
+
+}  // namespace mpx
