@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "config/config.h"
+#include "core/activation.h"
 #include "core/error.h"
 
 using namespace mpx;
@@ -338,9 +339,11 @@ TEST_CASE("config: bad enum values list the allowed set", "[config]") {
   const std::string pre = "data: {dataset: mnist}\nmodel:\n  layers:\n";
   CHECK(error_of(pre + "    - {type: conv2d, filters: 3, padding: full}\n") ==
         "x.yaml:4:43: model.layers[0].padding: expected one of same | valid, got 'full'");
+  std::string activations;  // core/activation.h's names, then softmax
+  for (const ActivationName& a : kActivationNames) activations += std::string(a.name) + " | ";
   CHECK(error_of(pre + "    - {type: dense, units: 3, activation: elu}\n") ==
-        "x.yaml:4:43: model.layers[0].activation: expected one of linear | relu | leaky_relu | gelu | gelu_tanh | "
-        "silu | swish | softmax, got 'elu'; did you mean 'relu'?");
+        "x.yaml:4:43: model.layers[0].activation: expected one of " + activations +
+            "softmax, got 'elu'; did you mean 'relu'?");
   CHECK(error_of(pre + "    - {type: dense, units: 3, dtype: half}\n") ==
         "x.yaml:4:38: model.layers[0].dtype: expected one of float32 | mixed_float16 | mixed_bfloat16 | float16 | "
         "bfloat16, got 'half'");
