@@ -34,14 +34,23 @@ using support::kNaN;
 using support::widen;
 using Dev = support::CpuDev;
 
-/// The activations under test (every kind; leaky_relu with the default and another slope).
+/// The activations under test: every kind of core/activation.h's table but the identity
+/// (leaky_relu with Keras 3's default slope and a small one).
 std::vector<Activation> all_activations() {
-  return {Activation::Relu,
-          Activation{ActKind::LeakyRelu, kLeakyReluDefaultSlope},
-          Activation{ActKind::LeakyRelu, 0.01f},
-          Activation{ActKind::Gelu},
-          Activation{ActKind::GeluTanh},
-          Activation{ActKind::Silu}};
+  std::vector<Activation> v;
+  for (const ActivationName& n : kActivationNames) {
+    if (n.kind == ActKind::None) continue;
+    bool seen = false;
+    for (Activation a : v) seen = seen || a.kind == n.kind;
+    if (seen) continue;
+    if (n.kind == ActKind::LeakyRelu) {
+      v.push_back(Activation{n.kind, kLeakyReluDefaultSlope});
+      v.push_back(Activation{n.kind, 0.01f});
+    } else {
+      v.push_back(Activation{n.kind});
+    }
+  }
+  return v;
 }
 
 std::string act_str(Activation a) {
