@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The activations on the CUDA backend against the CPU backend, float32/float16/bfloat16:
 // activation_forward/backward (relu and leaky_relu bit for bit: one comparison and one
-// product; gelu, gelu_tanh, silu within the per-dtype tolerance: CUDA's erfcf/expf are a few
-// ulp from glibc's), each activation fused in conv2d_forward (the bias+activation kernel)
+// product; gelu, gelu_tanh, silu within the per-dtype tolerance: the same formulas,
+// core/activation.h, but nvcc contracts them into FMAs), each activation fused in
+// conv2d_forward (the bias+activation kernel)
 // and dense_forward (cuBLASLt epilogues: RELU, GELU[_AUX][_BIAS] for gelu_tanh; the kernel
 // for the rest), with and without the pre-activation output, every bias kind; and a small
 // model's logits and gradients with each activation.

@@ -268,7 +268,7 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 // and relu, when nothing asks for the pre-activation. relu's post-op turns NaN into 0, unlike
 // the backend's relu elsewhere; it stays fused here because the separate NaN-keeping pass
 // would cost as much as half the convolution itself on a cheap first layer (the smoke net's
-// 28x28x1->32 forward: ~1.6x the fused time; test_backend_activations [.bench]).
+// 28x28x1->32 forward: ~1.5x the fused time; test_backend_activations [.bench]).
 Activation conv_post_op(Activation act, const Tensor& pre) {
   if (!pre.empty()) return Activation::None;
   return act.kind == ActKind::Relu || exact_post_op(act) ? act : Activation::None;

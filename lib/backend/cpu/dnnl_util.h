@@ -89,9 +89,10 @@ struct DnnlPlan : Plan {
 ///  - relu = eltwise_relu with alpha 0: a jit max(x, 0) that turns NaN into 0, so not here;
 ///    conv2d_forward fuses it all the same (conv.cpp says why), dense keeps NaN.
 ///  - gelu (eltwise_gelu_erf), gelu_tanh (eltwise_gelu_tanh), silu (eltwise_swish): their
-///    backward reads the pre-activation; and oneDNN's forms differ from ours (gelu_erf: up
-///    to 2.6e-7 absolute error against float64 where ours has 1.0e-7, and a wrong sign or
-///    zero in the far negative tail; swish: 4 ulp where ours has 2).
+///    backward reads the pre-activation; and oneDNN's forms differ from ours (on a conv
+///    output in [-19, 19]: gelu_erf up to 2.6e-7 absolute error against float64 where ours
+///    has 1.1e-7, and zero or the wrong sign far in the negative tail; swish 4 ulp where
+///    ours has 2).
 /// An activation without a post-op runs in activation_epilogue (activation.cpp).
 inline bool exact_post_op(Activation act) { return act.kind == ActKind::LeakyRelu; }
 
