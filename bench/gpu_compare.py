@@ -44,6 +44,8 @@ def run_mpx(mpx, config, policy, batch, steps, warmup):
 def build_torch(cfg, torch, nn, F):
     """The config's layers as a torch module (Keras semantics: 'same' padding,
     BN momentum 0.99 / epsilon 1e-3, residual with a 1x1 projection when shapes differ)."""
+    from mpx_torch_net import torch_activation  # the activations' PyTorch twins, in one place
+
     H, W, C = cfg["model"].get("input_shape", [32, 32, 3])
 
     class SameConv(nn.Module):
@@ -86,13 +88,14 @@ def build_torch(cfg, torch, nn, F):
                 c = L["filters"]
                 h = -(-h // s) if same else (h - k) // s + 1
                 w = -(-w // s) if same else (w - k) // s + 1
-                if L.get("activation") == "relu":
-                    mods.append(nn.ReLU(inplace=True))
+                if torch_activation(L) is not None:
+                    mods.append(torch_activation(L, inplace=True))
             elif t == "batch_norm":
                 mods.append(nn.BatchNorm2d(c, eps=1e-3, momentum=0.01) if h else nn.BatchNorm1d(c, eps=1e-3,
                                                                                                 momentum=0.01))
             elif t == "activation":
-                mods.append(nn.ReLU(inplace=True))
+                if torch_activation(L) is not None:
+                    mods.append(torch_activation(L, inplace=True))
             elif t in ("max_pool", "avg_pool"):
                 k = pair(L.get("pool_size", L.get("size")), (2, 2))[0]
                 s = pair(L.get("strides", L.get("stride")), (k, k))[0]
@@ -109,8 +112,8 @@ def build_torch(cfg, torch, nn, F):
             elif t == "dense":
                 mods.append(nn.Linear(c, L["units"], bias=L.get("use_bias", True)))
                 c = L["units"]
-                if L.get("activation") == "relu":
-                    mods.append(nn.ReLU(inplace=True))
+                if torch_activation(L) is not None:
+                    mods.append(torch_activation(L, inplace=True))
             elif t == "residual":
                 body, (c2, h2, w2) = seq(L["layers"], (c, h, w))
                 proj = None

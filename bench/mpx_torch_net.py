@@ -85,11 +85,30 @@ def same_pad(n, k, s):
 
 # ---- layers ---------------------------------------------------------------------
 
+def torch_activation(layer, inplace=False):
+    """The PyTorch module of a layer's `activation` (lib/core/activation.h's names), or None
+    for linear and softmax (the softmax is fused into the loss). Unknown names are errors."""
+    act = layer.get("activation", "linear")
+    if act in ("linear", "softmax"):
+        return None
+    make = {
+        "relu": lambda: nn.ReLU(inplace=inplace),
+        "leaky_relu": lambda: nn.LeakyReLU(float(layer.get("negative_slope", 0.2)), inplace=inplace),
+        "gelu": lambda: nn.GELU(),
+        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+        "silu": lambda: nn.SiLU(inplace=inplace),
+        "swish": lambda: nn.SiLU(inplace=inplace),
+    }
+    if act not in make:
+        raise ValueError(f"{layer.get('name', '?')}: activation {act} has no PyTorch twin here")
+    return make[act]()
+
+
 class Conv(nn.Module):
-    def __init__(self, cin, k, kernel, stride, padding, bias, relu, in_hw):
+    def __init__(self, cin, k, kernel, stride, padding, bias, act, in_hw):
         super().__init__()
         self.conv = nn.Conv2d(cin, k, kernel, stride=stride, padding=0, bias=bias)
-        self.relu = relu
+        self.act = act
         if padding == "same":
             t, b = same_pad(in_hw[0], kernel[0], stride[0])
             l, r = same_pad(in_hw[1], kernel[1], stride[1])
@@ -101,7 +120,7 @@ class Conv(nn.Module):
         if any(self.pad):
             x = F.pad(x, self.pad)
         y = self.conv(x)
-        return F.relu(y) if self.relu else y
+        return self.act(y) if self.act is not None else y
 
 
 class Pool(nn.Module):
@@ -184,13 +203,13 @@ class MpxNet(nn.Module):
             act = l.get("activation", "linear")
             if act == "softmax" and not is_last:
                 raise ValueError(f"{name}: softmax is only supported on the last layer")
-            relu = act == "relu"
+            am = torch_activation(l)
             if t == "conv2d":
                 _, c, h, w = shape
                 kernel = pair(l.get("kernel"), 3)
                 stride = pair(l.get("strides", l.get("stride")), 1)
                 padding = l.get("padding", "valid")
-                m = Conv(c, int(l["filters"]), kernel, stride, padding, l.get("use_bias", True), relu, (h, w))
+                m = Conv(c, int(l["filters"]), kernel, stride, padding, l.get("use_bias", True), am, (h, w))
                 if padding == "same":
                     oh, ow = (h + stride[0] - 1) // stride[0], (w + stride[1] - 1) // stride[1]
                 else:
@@ -202,8 +221,8 @@ class MpxNet(nn.Module):
                 if shape[0] != "flat":
                     raise ValueError(f"{name}: dense needs a flat input")
                 m = nn.Linear(shape[1], int(l["units"]), bias=l.get("use_bias", True))
-                names.append(self._add(name, nn.Sequential(m, nn.ReLU()) if relu else m))
-                self.keras_transforms[name + (".0" if relu else "") + ".weight"] = ("dense", None)
+                names.append(self._add(name, nn.Sequential(m, am) if am is not None else m))
+                self.keras_transforms[name + (".0" if am is not None else "") + ".weight"] = ("dense", None)
                 shape = ("flat", int(l["units"]))
             elif t == "batch_norm":
                 c = shape[1]
@@ -211,7 +230,7 @@ class MpxNet(nn.Module):
                 m = nn.BatchNorm2d(c, eps=eps) if shape[0] == "map" else nn.BatchNorm1d(c, eps=eps)
                 names.append(self._add(name, m))
             elif t == "activation":
-                names.append(self._add(name, nn.ReLU() if relu else nn.Identity()))
+                names.append(self._add(name, am if am is not None else nn.Identity()))
             elif t in ("max_pool", "avg_pool"):
                 _, c, h, w = shape
                 size = pair(l.get("pool_size", l.get("size")), 2)

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "config/config.h"
+#include "core/activation.h"
 #include "core/error.h"
 
 using namespace mpx;
@@ -338,8 +339,11 @@ TEST_CASE("config: bad enum values list the allowed set", "[config]") {
   const std::string pre = "data: {dataset: mnist}\nmodel:\n  layers:\n";
   CHECK(error_of(pre + "    - {type: conv2d, filters: 3, padding: full}\n") ==
         "x.yaml:4:43: model.layers[0].padding: expected one of same | valid, got 'full'");
-  CHECK(error_of(pre + "    - {type: dense, units: 3, activation: gelu}\n") ==
-        "x.yaml:4:43: model.layers[0].activation: expected one of linear | relu | softmax, got 'gelu'; did you mean 'relu'?");
+  std::string activations;  // core/activation.h's names, then softmax
+  for (const ActivationEntry& a : kActivationNames) activations += std::string(a.name) + " | ";
+  CHECK(error_of(pre + "    - {type: dense, units: 3, activation: elu}\n") ==
+        "x.yaml:4:43: model.layers[0].activation: expected one of " + activations +
+            "softmax, got 'elu'; did you mean 'relu'?");
   CHECK(error_of(pre + "    - {type: dense, units: 3, dtype: half}\n") ==
         "x.yaml:4:38: model.layers[0].dtype: expected one of float32 | mixed_float16 | mixed_bfloat16 | float16 | "
         "bfloat16, got 'half'");
@@ -461,7 +465,8 @@ model:
       layers:
         - {type: conv2d, filters: 8, kernal: 3}
 )") == "x.yaml:6:38: model.layers[0].layers[0].kernal: unknown key in a conv2d layer; did you mean 'kernel'? "
-       "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, activation)");
+       "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, activation, "
+              "negative_slope)");
 }
 
 TEST_CASE("config: alias keys stride/strides and size/pool_size", "[config]") {

@@ -44,10 +44,12 @@ Varied vary_everything() {
     LayerConfig L;
     for (const auto& k : schema::layer_keys()) {
       if (!k.applies_to(t)) continue;
-      if (k.path == "type")
+      if (k.path == "type") {
         L.type = t;  // every value of the type key, one layer each
-      else
+      } else {
+        if (k.enable) k.enable(L);  // a key that applies only with another key's value
         k.value->vary(L, ++salt);
+      }
       v.layer_keys_visited.insert(&k);
     }
     layers.push_back(L);
@@ -156,7 +158,8 @@ TEST_CASE("schema: docs/config.md is the generated reference", "[config][schema]
 }
 
 TEST_CASE("schema: enum names round-trip through their one table", "[config][schema]") {
-  CHECK(enum_names<ActivationName>() == std::vector<std::string>{"linear", "relu", "softmax"});
+  CHECK(enum_names<ActivationName>() == std::vector<std::string>{"linear", "relu", "leaky_relu", "gelu", "gelu_tanh",
+                                                                "silu", "swish", "softmax"});
   for (LayerType t : enum_values<LayerType>()) CHECK(parse_enum<LayerType>(enum_name(t)) == t);
   for (OptimizerName o : enum_values<OptimizerName>()) CHECK(parse_enum<OptimizerName>(enum_name(o)) == o);
   CHECK(parse_enum<ScheduleName>("reduce_on_plateau") == ScheduleName::ReduceOnPlateau);

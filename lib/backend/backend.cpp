@@ -176,6 +176,19 @@ void check_dense_shapes(const char* op, const Tensor& x, const char* xn, const T
                y.str());
 }
 
+// The activation's parameter (the backward of leaky_relu from its output needs slope >= 0),
+// and the optional pre-activation output of a fused layer: y's dtype and shape, not y itself.
+void check_activation(const char* op, Activation act) {
+  MPX_VALIDATE(act.kind != ActKind::LeakyRelu || (std::isfinite(act.alpha) && act.alpha >= 0.0f),
+               "{}: leaky_relu needs a finite negative slope >= 0, got {}", op, act.alpha);
+}
+void check_pre(const char* op, const Tensor& pre, const Tensor& y) {
+  if (pre.empty()) return;
+  require_same_dtype(op, "y", y, "pre", pre);
+  require_same_shape(op, "y", y, "pre", pre);
+  MPX_VALIDATE(pre.data != y.data, "{}: pre must not alias y", op);
+}
+
 void check_bias(const char* op, const Tensor& bias, int64_t k, DType compute) {
   if (bias.empty()) return;
   require_vector(op, "bias", bias, k);
@@ -258,7 +271,7 @@ void Backend::normalize_input(const Tensor& x_u8, const Tensor& mean, const Tens
 // ---- convolution -------------------------------------------------------------
 
 void Backend::conv2d_forward(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                             const Tensor& y, Activation act) {
+                             const Tensor& y, Activation act, const Tensor& pre) {
   const char* op = "conv2d_forward";
   require_float(op, "x", x);
   require_data(op, "w", w);
@@ -267,8 +280,10 @@ void Backend::conv2d_forward(const Conv2dParams& p, const Tensor& x, const Tenso
   require_same_dtype(op, "x", x, "y", y);
   check_conv_shapes(op, p, x, "x", w, y, "y");
   check_bias(op, bias, w.shape[0], x.dtype);
+  check_activation(op, act);
+  check_pre(op, pre, y);
   if (y.numel() == 0) return;
-  conv2d_forward_impl(p, x, w, bias, y, act);
+  conv2d_forward_impl(p, x, w, bias, y, act, pre);
 }
 
 void Backend::conv2d_backward_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx) {
@@ -301,7 +316,8 @@ void Backend::conv2d_backward_filter(const Conv2dParams& p, const Tensor& x, con
 
 // ---- dense -------------------------------------------------------------------
 
-void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act) {
+void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act,
+                            const Tensor& pre) {
   const char* op = "dense_forward";
   require_float(op, "x", x);
   require_data(op, "w", w);
@@ -310,7 +326,9 @@ void Backend::dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias
   require_same_dtype(op, "x", x, "y", y);
   check_dense_shapes(op, x, "x", w, y, "y");
   check_bias(op, bias, w.shape[0], x.dtype);
-  dense_forward_impl(x, w, bias, y, act);
+  check_activation(op, act);
+  check_pre(op, pre, y);
+  dense_forward_impl(x, w, bias, y, act, pre);
 }
 
 void Backend::dense_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx) {
@@ -347,21 +365,23 @@ void Backend::activation_forward(Activation act, const Tensor& x, const Tensor& 
   require_data(op, "y", y);
   require_same_dtype(op, "x", x, "y", y);
   require_same_numel(op, "x", x, "y", y);
+  check_activation(op, act);
   if (x.numel() == 0) return;
   activation_forward_impl(act, x, y);
 }
 
-void Backend::activation_backward(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+void Backend::activation_backward(Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx) {
   const char* op = "activation_backward";
-  require_float(op, "y", y);
+  require_float(op, "saved", saved);
   require_data(op, "dy", dy);
   require_data(op, "dx", dx);
-  require_same_dtype(op, "y", y, "dy", dy);
-  require_same_dtype(op, "y", y, "dx", dx);
-  require_same_numel(op, "y", y, "dy", dy);
-  require_same_numel(op, "y", y, "dx", dx);
-  if (y.numel() == 0) return;
-  activation_backward_impl(act, y, dy, dx);
+  require_same_dtype(op, "saved", saved, "dy", dy);
+  require_same_dtype(op, "saved", saved, "dx", dx);
+  require_same_numel(op, "saved", saved, "dy", dy);
+  require_same_numel(op, "saved", saved, "dx", dx);
+  check_activation(op, act);
+  if (saved.numel() == 0) return;
+  activation_backward_impl(act, saved, dy, dx);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& y) {

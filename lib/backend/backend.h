@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -41,8 +42,6 @@ class Buffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-enum class Activation : uint8_t { None, Relu };
 
 /// Convolution geometry. x: [N, H, W, C]; w: [K, R, S, C] (cuDNN's NHWC filter
 /// layout, "KRSC"); y: [N, P, Q, K]. Padding may be asymmetric (Keras "same"
@@ -177,9 +176,11 @@ class Backend {
 
   // ---- convolution (x: [N,H,W,C], w: [K,R,S,C], y: [N,P,Q,K]) --------------
   /// y = act(conv(x, w) + bias). x, w, y share one compute dtype; bias [K] is
-  /// float32 or that dtype, or empty.
+  /// float32 or that dtype, or empty. `pre` (optional, y's dtype and shape) receives the
+  /// pre-activation conv(x, w) + bias, which activation_backward reads for activations whose
+  /// backward_reads() is Input; y is act of the float32 pre-activation, rounded once.
   void conv2d_forward(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Tensor& y, Activation act);
+                      const Tensor& y, Activation act, const Tensor& pre = Tensor());
   /// dx = conv_transpose(dy, w).
   void conv2d_backward_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
   /// dw = sum over N,P,Q of x patch * dy; db = sum of dy over N,P,Q (db may be empty).
@@ -188,17 +189,20 @@ class Backend {
                               const Tensor& db);
 
   // ---- dense (x: [N, Cin], w: [Cout, Cin], y: [N, Cout]) --------------------
-  void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act);
+  /// y = act(x * w^T + bias); bias and `pre` as in conv2d_forward.
+  void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act,
+                     const Tensor& pre = Tensor());
   /// dx = dy * w.
   void dense_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
   /// dw = dy^T * x; db = column sums of dy (db may be empty). Same dtype rule as conv.
   void dense_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db);
 
   // ---- elementwise ---------------------------------------------------------
-  /// y = act(x); x and y may alias.
+  /// y = act(x) (core/activation.h), computed in float32 and rounded once; x and y may alias.
   void activation_forward(Activation act, const Tensor& x, const Tensor& y);
-  /// dx = dy * act'(.) computed from the forward OUTPUT y (relu: y > 0). dx may alias dy.
-  void activation_backward(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  /// dx = dy * act'(x). `saved` is what act.backward_reads() names: the forward output y
+  /// (relu, leaky_relu) or the forward input x (gelu, gelu_tanh, silu). dx may alias dy.
+  void activation_backward(Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx);
   /// y = a + b (all one dtype and shape; y may alias a or b).
   void add(const Tensor& a, const Tensor& b, const Tensor& y);
 
@@ -331,18 +335,19 @@ class Backend {
   virtual void cast_impl(const Tensor& src, const Tensor& dst) = 0;
   virtual void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) = 0;
   virtual void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                   const Tensor& y, Activation act) = 0;
+                                   const Tensor& y, Activation act, const Tensor& pre) = 0;
   virtual void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                          const Tensor& dx) = 0;
   virtual void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                                            const Tensor& dw, const Tensor& db) = 0;
   virtual void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                                  Activation act) = 0;
+                                  Activation act, const Tensor& pre) = 0;
   virtual void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
   virtual void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                            const Tensor& db) = 0;
   virtual void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) = 0;
-  virtual void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
+                                        const Tensor& dx) = 0;
   virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) = 0;
   virtual void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,

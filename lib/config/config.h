@@ -68,7 +68,8 @@ struct LayerConfig {
   int stride_h = 1, stride_w = 1;
   Padding padding = Padding::Valid;  // conv2d, pools
   bool use_bias = true;
-  ActivationName activation = ActivationName::Linear;
+  ActivationName activation = ActivationName::Linear;  // core/activation.h's names, or softmax
+  double negative_slope = 0.2;  // leaky_relu (Keras 3's activation default; Keras 2's layer had 0.3)
   // pools
   int pool_h = 2, pool_w = 2;
   int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size (the loader always fills them in)

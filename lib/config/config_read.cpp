@@ -82,6 +82,9 @@ LayerConfig read_layer(const Reader& r, const YNode& n, const std::string& path)
       r.section(&n, path, fmt::format("a {} layer", enum_name(L.type)), schema::layer_allowed_keys(L.type), n.origin);
   for (const Key<LayerConfig>& k : schema::layer_keys())
     if (&k != &type && k.applies_to(L.type)) read_key(r, m, k, L);
+  for (const Key<LayerConfig>& k : schema::layer_keys())
+    if (const YNode* v = m.get(k.name()); v != nullptr && k.applies_to(L.type) && !k.applies_to_value(L))
+      r.fail(v->origin, m.child_path(k.name()), k.applies(L));
   schema::apply_derived(L);
   return L;
 }

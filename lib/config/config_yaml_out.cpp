@@ -34,7 +34,7 @@ void write_layers(YAML::Emitter& out, const std::vector<LayerConfig>& layers) {
     apply_derived(L);
     out << YAML::BeginMap;
     for (const Key<LayerConfig>& k : layer_keys()) {
-      if (!k.applies_to(L.type) || !k.value->is_set(L)) continue;  // unset dtype: the model's policy
+      if (!k.applies_to(L.type) || !k.value->is_set(L) || !k.applies_to_value(L)) continue;  // unset dtype: the model's policy
       out << YAML::Key << k.name() << YAML::Value;
       k.value->write(out, L);
     }

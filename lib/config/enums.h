@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/activation.h"
+
 namespace mpx {
 
 template <class E>
@@ -33,8 +35,9 @@ struct HasEnumTable : std::false_type {};
 template <class E>
 struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_type {};
 
-#define MPX_ENUM_ID_(id, text) id,
-#define MPX_ENUM_ROW_(id, text) {Self::id, text},
+// Rows may carry more columns after the name (core/activation.h's list does); they are ignored here.
+#define MPX_ENUM_ID_(id, text, ...) id,
+#define MPX_ENUM_ROW_(id, text, ...) {Self::id, text},
 #define MPX_DEFINE_ENUM(E, LIST)                                   \
   enum class E { LIST(MPX_ENUM_ID_) };                             \
   template <>                                                      \
@@ -58,8 +61,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
   X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16")       \
   X(Float16, "float16") X(BFloat16, "bfloat16")
 #define MPX_PADDINGS(X) X(Same, "same") X(Valid, "valid")
-#define MPX_ACTIVATIONS(X) \
-  X(Linear, "linear") X(Relu, "relu") X(Softmax, "softmax")
+/// core/activation.h's names (one list for the kernels and the config), and softmax.
+#define MPX_ACTIVATIONS(X) MPX_ACTIVATION_ROWS(X) X(Softmax, "softmax")
 #define MPX_OPTIMIZERS(X) X(Sgd, "sgd") X(Adam, "adam") X(AdamW, "adamw")
 #define MPX_SCHEDULES(X) \
   X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau")

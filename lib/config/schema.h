@@ -60,6 +60,11 @@ struct Key {
   /// after reading (and before writing): a derived default.
   void (*derive)(Owner&) = nullptr;
   uint32_t layer_types = ~0u;  // layer keys: a bit per LayerType that has the key
+  /// A key that applies only with another key's value (negative_slope: leaky_relu only):
+  /// "" when it applies to `o`, else why not. Given where it does not apply it is an error;
+  /// where it does not apply the writer leaves it out. `enable` makes it apply (tests).
+  std::string (*applies)(const Owner&) = nullptr;
+  void (*enable)(Owner&) = nullptr;
 
   /// The last path component (the key as written in its mapping).
   std::string name() const { return path.substr(path.rfind('.') + 1); }
@@ -84,6 +89,13 @@ struct Key {
     default_doc = std::move(d);
     return std::move(*this);
   }
+  Key&& only_if(std::string (*why_not)(const Owner&), void (*make_apply)(Owner&)) && {
+    applies = why_not;
+    enable = make_apply;
+    return std::move(*this);
+  }
+  /// Written and accepted for `o` (see only_if).
+  bool applies_to_value(const Owner& o) const { return applies == nullptr || applies(o).empty(); }
   Key&& only(std::initializer_list<LayerType> types) && {
     layer_types = 0;
     for (LayerType t : types) layer_types |= 1u << static_cast<int>(t);

@@ -170,6 +170,16 @@ const std::vector<Key<Config>>& config_keys() {
   return keys;
 }
 
+namespace {
+
+std::string leaky_relu_only(const LayerConfig& L) {
+  if (L.activation == ActivationName::LeakyRelu) return "";
+  return fmt::format("negative_slope applies to activation leaky_relu only, not to {}", enum_name(L.activation));
+}
+void use_leaky_relu(LayerConfig& L) { L.activation = ActivationName::LeakyRelu; }
+
+}  // namespace
+
 const std::vector<Key<LayerConfig>>& layer_keys() {
   using T = LayerType;
   using R = Range;
@@ -192,6 +202,8 @@ const std::vector<Key<LayerConfig>>& layer_keys() {
     MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::Dense}),
     MPX_KEY(activation, Enum<ActivationName>(), "fused activation (softmax: last layer only)")
       .only({T::Conv2d, T::Dense, T::Activation}),
+    MPX_KEY(negative_slope, Num(R::ge(0)), "leaky_relu: slope for x < 0 (Keras 3's default)")
+      .only({T::Conv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
     MPX_KEY(rate, Num(R::half_open(0, 1)), "fraction of inputs dropped in training").only({T::Dropout}),
     MPX_KEY(momentum, Num(R::closed(0, 1)), "moving-average momentum").only({T::BatchNorm}),
     MPX_KEY(epsilon, Num(R::gt(0)), "added to the variance").only({T::BatchNorm}),

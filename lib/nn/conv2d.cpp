@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // conv2d: NHWC convolution with a [K, R, S, C] kernel, Keras "same"/"valid"
-// padding (asymmetric when the total is odd), optional bias, fused relu.
+// padding (asymmetric when the total is odd), optional bias, fused activation.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -19,7 +19,6 @@ class Conv2d : public Layer {
     if (cfg.filters <= 0 || cfg.kernel_h <= 0 || cfg.kernel_w <= 0 || cfg.stride_h <= 0 || cfg.stride_w <= 0)
       throw ConfigError(fmt::format("{}: filters ({}), kernel ({}x{}) and strides ({}x{}) must be positive",
                                     where(cfg), cfg.filters, cfg.kernel_h, cfg.kernel_w, cfg.stride_h, cfg.stride_w));
-    act_ = parse_activation(cfg, is_last);
     const int H = static_cast<int>(in[0]), W = static_cast<int>(in[1]);
     const int64_t C = in[2], K = cfg.filters;
     p_.R = cfg.kernel_h;
@@ -44,23 +43,20 @@ class Conv2d : public Layer {
     }
     if (is_16bit(t)) c.need_scratch(K * rs * C + K);
     y_ = c.plan(t, out_shape_, name() + " output", true);
-    if (act_ == Activation::Relu) dz_ = c.plan(t, out_shape_, name() + " relu gradient", false);
+    act_.plan(c, cfg, is_last, t, out_shape_);
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     const Tensor y = y_.at(x.shape[0]);
-    c.be->conv2d_forward(p_, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, act_);
+    c.be->conv2d_forward(p_, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y,
+                         act_.act, act_.pre_at(c, x.shape[0]));
     return y;
   }
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     const int64_t n = dy.shape[0];
-    Tensor g = dy;
-    if (act_ == Activation::Relu) {
-      g = dz_.at(n);
-      c.be->activation_backward(Activation::Relu, y_.at(n), dy, g);
-    }
+    const Tensor g = act_.backward(c, y_.at(n), dy);
     weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
       c.be->conv2d_backward_filter(p_, x_, g, dw, db);
     });
@@ -72,9 +68,9 @@ class Conv2d : public Layer {
 
  private:
   Conv2dParams p_;
-  Activation act_ = Activation::None;
+  FusedActivation act_;
   int kernel_ = -1, bias_ = -1;
-  Planned y_, dz_;
+  Planned y_;
   Tensor x_;
 };
 

@@ -20,7 +20,6 @@ class Dense : public Layer {
           "global_avg_pool layer before it",
           where(cfg), in.str()));
     if (cfg.units <= 0) throw ConfigError(fmt::format("{}: units must be positive, got {}", where(cfg), cfg.units));
-    act_ = parse_activation(cfg, is_last);
     const int64_t cin = in[0], cout = cfg.units;
     out_shape_ = Shape{cout};
     kernel_ = c.add_param(name(), "kernel", Shape{cout, cin}, true, Init::Glorot, cin, cout);
@@ -31,23 +30,20 @@ class Dense : public Layer {
     }
     if (is_16bit(t)) c.need_scratch(cout * cin + cout);
     y_ = c.plan(t, out_shape_, name() + " output", true);
-    if (act_ == Activation::Relu) dz_ = c.plan(t, out_shape_, name() + " relu gradient", false);
+    act_.plan(c, cfg, is_last, t, out_shape_);
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     const Tensor y = y_.at(x.shape[0]);
-    c.be->dense_forward(x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, act_);
+    c.be->dense_forward(x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, act_.act,
+                        act_.pre_at(c, x.shape[0]));
     return y;
   }
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     const int64_t n = dy.shape[0];
-    Tensor g = dy;
-    if (act_ == Activation::Relu) {
-      g = dz_.at(n);
-      c.be->activation_backward(Activation::Relu, y_.at(n), dy, g);
-    }
+    const Tensor g = act_.backward(c, y_.at(n), dy);
     weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
       c.be->dense_backward_weights(x_, g, dw, db);
     });
@@ -58,9 +54,9 @@ class Dense : public Layer {
   }
 
  private:
-  Activation act_ = Activation::None;
+  FusedActivation act_;
   int kernel_ = -1, bias_ = -1;
-  Planned y_, dz_;
+  Planned y_;
   Tensor x_;
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Layers without parameters that act element by element or only reshape:
-// activation (relu; linear and softmax are identities here, softmax being
-// fused into the loss), flatten (a view, no copy) and inverted dropout.
+// activation (any of core/activation.h; linear and softmax are identities here,
+// softmax being fused into the loss), flatten (a view, no copy) and inverted dropout.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -18,15 +18,16 @@ class ActivationLayer : public Layer {
       : Layer(cfg, t, in, depth, c.next_layer_index++) {
     act_ = parse_activation(cfg, is_last);
     out_shape_ = in;
-    if (act_ == Activation::Relu) y_ = c.plan(t, in, name() + " output", true);
+    if (!act_.is_none()) y_ = c.plan(t, in, name() + " output", true);
   }
 
   void plan_dx(Context& c) override {
-    if (act_ == Activation::Relu) Layer::plan_dx(c);
+    if (!act_.is_none()) Layer::plan_dx(c);
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
-    if (act_ != Activation::Relu) return x;
+    if (act_.is_none()) return x;
+    x_ = x;  // the layer before keeps it (its output) for the backward pass
     const Tensor y = y_.at(x.shape[0]);
     c.be->activation_forward(act_, x, y);
     return y;
@@ -34,16 +35,17 @@ class ActivationLayer : public Layer {
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
-    if (act_ != Activation::Relu) return dy;
+    if (act_.is_none()) return dy;
     const int64_t n = dy.shape[0];
     const Tensor dx = dx_.at(n);
-    c.be->activation_backward(act_, y_.at(n), dy, dx);
+    c.be->activation_backward(act_, act_.backward_reads() == ActSaved::Input ? x_ : y_.at(n), dy, dx);
     return dx;
   }
 
  private:
-  Activation act_ = Activation::None;
+  Activation act_;
   Planned y_;
+  Tensor x_;
 };
 
 class Flatten : public Layer {

@@ -82,6 +82,22 @@ struct Context {
   void note_dtype(DType t, const LayerConfig& cfg);
 };
 
+/// @brief The activation of a conv2d/dense layer, fused into its forward op, and what its
+/// backward needs: the pre-activation (kept) when backward_reads() is Input, else the
+/// layer's own output; and a buffer for the gradient before the activation.
+struct FusedActivation {
+  Activation act;
+  Planned pre, dz;
+  /// Parses cfg's activation and plans the buffers for outputs of per-sample shape `out`.
+  void plan(Context& c, const LayerConfig& cfg, bool is_last, DType t, Shape out);
+  /// Where the forward op writes the pre-activation (empty when backward does not read it
+  /// or when not training).
+  Tensor pre_at(const Context& c, int64_t n) const { return pre.empty() || !c.training ? Tensor() : pre.at(n); }
+  /// The gradient before the activation, from dy and the layer's output y (dy itself when
+  /// there is no activation).
+  Tensor backward(Context& c, const Tensor& y, const Tensor& dy) const;
+};
+
 /// "layer 'conv2d_1' (conv2d) at model.layers[3], line 7"
 std::string where(const LayerConfig& cfg);
 /// Per-sample shape with a batch dimension in front.
@@ -213,7 +229,9 @@ std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape
 std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
                                      std::optional<LayerDType> inherited_dtype, int depth);
 
-/// Maps linear/relu/softmax to the fused activation; throws for softmax unless is_last.
+/// Maps cfg.activation (core/activation.h's names, with cfg.negative_slope for leaky_relu) to
+/// the activation; softmax is the identity here (fused into the loss); throws for softmax
+/// unless is_last.
 Activation parse_activation(const LayerConfig& cfg, bool is_last);
 
 // ---- template ----------------------------------------------------------------

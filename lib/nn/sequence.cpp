@@ -32,17 +32,32 @@ Tensor Planned::at(int64_t n) const {
 }
 
 Activation parse_activation(const LayerConfig& cfg, bool is_last) {
-  switch (cfg.activation) {
-    case ActivationName::Linear: return Activation::None;
-    case ActivationName::Relu: return Activation::Relu;
-    case ActivationName::Softmax:
-      if (!is_last)
-        throw ConfigError(where(cfg) +
-                          ": activation softmax is only allowed on the last layer of the model (it is fused into "
-                          "the float32 loss); use relu or linear here");
-      return Activation::None;
+  if (cfg.activation == ActivationName::Softmax) {
+    if (!is_last)
+      throw ConfigError(where(cfg) +
+                        ": activation softmax is only allowed on the last layer of the model (it is fused into "
+                        "the float32 loss); use relu or linear here");
+    return Activation::None;
   }
-  throw ConfigError(fmt::format("{}: unknown activation {}", where(cfg), static_cast<int>(cfg.activation)));
+  // Every other name is core/activation.h's (the config enum is made from its list).
+  const std::optional<ActKind> kind = activation_kind(enum_name(cfg.activation));
+  if (!kind) throw ConfigError(fmt::format("{}: activation {} has no kernel", where(cfg), enum_name(cfg.activation)));
+  return Activation{*kind, *kind == ActKind::LeakyRelu ? static_cast<float>(cfg.negative_slope) : 0.0f};
+}
+
+void FusedActivation::plan(Context& c, const LayerConfig& cfg, bool is_last, DType t, Shape out) {
+  act = parse_activation(cfg, is_last);
+  if (act.is_none()) return;
+  if (act.backward_reads() == ActSaved::Input) pre = c.plan(t, out, cfg.name + " pre-activation", true);
+  dz = c.plan(t, out, cfg.name + " " + activation_name(act.kind) + " gradient", false);
+}
+
+Tensor FusedActivation::backward(Context& c, const Tensor& y, const Tensor& dy) const {
+  if (act.is_none()) return dy;
+  const int64_t n = dy.shape[0];
+  const Tensor g = dz.at(n);
+  c.be->activation_backward(act, act.backward_reads() == ActSaved::Input ? pre.at(n) : y, dy, g);
+  return g;
 }
 
 // ---- Context -------------------------------------------------------------------

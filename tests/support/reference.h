@@ -19,7 +19,40 @@ using mpx::Activation;
 using mpx::Conv2dParams;
 using mpx::PoolParams;
 
-inline double act_fn(Activation a, double v) { return a == Activation::Relu && v < 0 ? 0.0 : v; }
+/// The activations as Keras writes them, in float64 (erf, tanh, exp from <cmath>).
+inline double act_fn(Activation a, double v) {
+  const double pi = 3.14159265358979323846;
+  switch (a.kind) {
+    case mpx::ActKind::None: return v;
+    case mpx::ActKind::Relu: return v < 0 ? 0.0 : v;
+    case mpx::ActKind::LeakyRelu: return v < 0 ? static_cast<double>(a.alpha) * v : v;
+    case mpx::ActKind::Gelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case mpx::ActKind::GeluTanh: return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+    case mpx::ActKind::Silu: return v / (1.0 + std::exp(-v));  // v * sigmoid(v)
+  }
+  return v;
+}
+
+/// d act / dv in float64 (relu and leaky_relu take the left derivative at 0, as TensorFlow does).
+inline double act_grad(Activation a, double v) {
+  const double pi = 3.14159265358979323846;
+  switch (a.kind) {
+    case mpx::ActKind::None: return 1.0;
+    case mpx::ActKind::Relu: return v > 0 ? 1.0 : 0.0;
+    case mpx::ActKind::LeakyRelu: return v > 0 ? 1.0 : static_cast<double>(a.alpha);
+    case mpx::ActKind::Gelu:
+      return 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) / std::sqrt(2.0 * pi);
+    case mpx::ActKind::GeluTanh: {
+      const double c = std::sqrt(2.0 / pi), u = c * (v + 0.044715 * v * v * v), t = std::tanh(u);
+      return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * v * v);
+    }
+    case mpx::ActKind::Silu: {
+      const double s = 1.0 / (1.0 + std::exp(-v));
+      return s * (1.0 + v * (1.0 - s));
+    }
+  }
+  return 1.0;
+}
 
 // ---- convolution: x [N,H,W,C], w [K,R,S,C], y [N,P,Q,K] ----------------------------
 struct ConvDims {

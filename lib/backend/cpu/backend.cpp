@@ -151,9 +151,9 @@ class CpuBackend final : public Backend {
     cpu::normalize_input(ctx_, x, mean, std, y);
   }
   void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                           const Tensor& y, Activation act) override {
+                           const Tensor& y, Activation act, const Tensor& pre) override {
     MPX_OP_TIMER("conv2d_forward");
-    cpu::conv2d_forward(ctx_, p, x, w, bias, y, act);
+    cpu::conv2d_forward(ctx_, p, x, w, bias, y, act, pre);
   }
   void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                  const Tensor& dx) override {
@@ -166,9 +166,9 @@ class CpuBackend final : public Backend {
     cpu::conv2d_backward_filter(ctx_, p, x, dy, dw, db);
   }
   void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                          Activation act) override {
+                          Activation act, const Tensor& pre) override {
     MPX_OP_TIMER("dense_forward");
-    cpu::dense_forward(ctx_, x, w, bias, y, act);
+    cpu::dense_forward(ctx_, x, w, bias, y, act, pre);
   }
   void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override {
     MPX_OP_TIMER("dense_backward_data");
@@ -182,9 +182,10 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("activation_forward");
     cpu::activation_forward(act, x, y);
   }
-  void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) override {
+  void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
+                                const Tensor& dx) override {
     MPX_OP_TIMER("activation_backward");
-    cpu::activation_backward(act, y, dy, dx);
+    cpu::activation_backward(act, saved, dy, dx);
   }
   void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override {
     MPX_OP_TIMER("add");

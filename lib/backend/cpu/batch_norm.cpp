@@ -219,7 +219,7 @@ BnPlan& bn_forward_plan(Context& ctx, const Shape& s, float epsilon, bool traini
                       const bf::desc desc(
                           training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, md,
                           epsilon, training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats);
-                      const bf::primitive_desc pd(desc, make_attr(false), ctx.engine());
+                      const bf::primitive_desc pd(desc, make_attr(), ctx.engine());
                       plan->onednn = has_jit_kernel(pd);
                       if (!plan->onednn) return plan.release();
                       plan->prim = bf(pd);
@@ -246,7 +246,7 @@ BnPlan& bn_backward_plan(Context& ctx, const Shape& s) {
       const bf::primitive_desc hint(bf::desc(dnnl::prop_kind::forward_training, md, 0.0f, kScaleShift),
                                     ctx.engine());
       const bb::desc desc(dnnl::prop_kind::backward, md, md, 0.0f, kScaleShift);
-      const bb::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      const bb::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
       plan->onednn = has_jit_kernel(pd);
       if (!plan->onednn) return plan.release();
       plan->prim = bb(pd);

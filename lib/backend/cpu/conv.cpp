@@ -33,8 +33,9 @@ Geo geometry(const Conv2dParams& p, const Shape& x, const Shape& w) {
 
 // ---- plain float32 loops ---------------------------------------------------------
 
-// y[n,p,q,k] = act(b[k] + sum_{r,s,c} x[n, p*sh-pt+r, q*sw-pl+s, c] * w[k,r,s,c])
-void conv_forward_loops(const Geo& g, const float* x, const float* w, const float* b, float* y, Activation act) {
+// y[n,p,q,k] = b[k] + sum_{r,s,c} x[n, p*sh-pt+r, q*sw-pl+s, c] * w[k,r,s,c] (the activation
+// follows in activation_epilogue)
+void conv_forward_loops(const Geo& g, const float* x, const float* w, const float* b, float* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t p = 0; p < g.P; ++p)
@@ -57,8 +58,6 @@ void conv_forward_loops(const Geo& g, const float* x, const float* w, const floa
             }
           }
         }
-        if (act == Activation::Relu)
-          for (int64_t k = 0; k < g.K; ++k) yo[k] = yo[k] < 0.0f ? 0.0f : yo[k];  // NaN stays NaN
       }
 }
 
@@ -169,21 +168,24 @@ std::string conv_what(const char* op, const Geo& g) {
          std::to_string(g.R) + ", " + std::to_string(g.S) + ", " + std::to_string(g.C) + "]";
 }
 
-dnnl::convolution_forward::primitive_desc conv_fwd_pd(Context& ctx, const ConvDescs& d, bool bias, bool relu) {
+dnnl::convolution_forward::primitive_desc conv_fwd_pd(Context& ctx, const ConvDescs& d, bool bias,
+                                                      Activation fused = Activation::None) {
   using cf = dnnl::convolution_forward;
   const cf::desc desc = bias ? cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                         d.src_any, d.wei_any, d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
                              : cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                         d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l, d.pad_r);
-  return cf::primitive_desc(desc, make_attr(relu), ctx.engine());
+  return cf::primitive_desc(desc, make_attr(fused), ctx.engine());
 }
 
-DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias, bool relu) {
-  return ctx.plan<DnnlPlan>(conv_key(kConvFwd, p, g, (bias ? 1 : 0) | (relu ? 2 : 0)), [&] {
+DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias, Activation fused) {
+  PlanKey key = conv_key(kConvFwd, p, g, bias ? 1 : 0);
+  key << act_key(fused);
+  return ctx.plan<DnnlPlan>(key, [&] {
     return dnnl_try(conv_what("convolution forward", g), [&] {
       auto plan = std::make_unique<DnnlPlan>();
       const ConvDescs d = conv_descs(p, g);
-      const auto pd = conv_fwd_pd(ctx, d, bias, relu);
+      const auto pd = conv_fwd_pd(ctx, d, bias, fused);
       plan->prim = dnnl::convolution_forward(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
@@ -201,10 +203,10 @@ DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) 
       using cb = dnnl::convolution_backward_data;
       auto plan = std::make_unique<DnnlPlan>();
       const ConvDescs d = conv_descs(p, g);
-      const auto hint = conv_fwd_pd(ctx, d, false, false);
+      const auto hint = conv_fwd_pd(ctx, d, false);
       const cb::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
                           d.pad_r);
-      const cb::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      const cb::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
       plan->prim = cb(pd);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
@@ -242,13 +244,13 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
         d.src_any = dnnl::memory::desc({g.N, g.C, g.H, g.W}, dt::f32, tag::any);
         d.dst_any = dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::any);
       }
-      const auto hint = conv_fwd_pd(ctx, d, bias, false);
+      const auto hint = conv_fwd_pd(ctx, d, bias);
       const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, avoid_nhwc ? d.src_any : d.src,
                                             d.wei_any, d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides,
                                             d.pad_l, d.pad_r)
                                  : cw::desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any,
                                             d.strides, d.pad_l, d.pad_r);
-      const cw::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      const cw::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
       plan->prim = cw(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
@@ -260,6 +262,16 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
   });
 }
 
+// The activation fused into the convolution as a oneDNN post-op: exact_post_op's (dnnl_util.h)
+// and relu, when nothing asks for the pre-activation. relu's post-op turns NaN into 0, unlike
+// the backend's relu elsewhere; it stays fused here because the separate NaN-keeping pass
+// would cost as much as half the convolution itself on a cheap first layer (the smoke net's
+// 28x28x1->32 forward: ~1.5x the fused time; test_backend_activations [.bench]).
+Activation conv_post_op(Activation act, const Tensor& pre) {
+  if (!pre.empty()) return Activation::None;
+  return act.kind == ActKind::Relu || exact_post_op(act) ? act : Activation::None;
+}
+
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
@@ -268,23 +280,25 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 // MPX_CPU_REFERENCE=1 (reference_loops(), context.h: debugging a suspected oneDNN problem).
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Tensor& y, Activation act) {
+                    const Tensor& y, Activation act, const Tensor& pre) {
   const Geo g = geometry(p, x.shape, w.shape);
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
   if (reference_loops()) {
-    conv_forward_loops(g, xf, wf, bf, yf, act);
-  } else {
-    DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, act == Activation::Relu);
-    plan.bind(DNNL_ARG_SRC, xf);
-    plan.bind(DNNL_ARG_WEIGHTS, wf);
-    if (bf) plan.bind(DNNL_ARG_BIAS, bf);
-    plan.bind(DNNL_ARG_DST, yf);
-    plan.run(ctx);
+    conv_forward_loops(g, xf, wf, bf, yf);
+    activation_epilogue(act, yf, y, pre);
+    return;
   }
-  f32_commit(yf, y);
+  const Activation fused = conv_post_op(act, pre);
+  DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, fused);
+  plan.bind(DNNL_ARG_SRC, xf);
+  plan.bind(DNNL_ARG_WEIGHTS, wf);
+  if (bf) plan.bind(DNNL_ARG_BIAS, bf);
+  plan.bind(DNNL_ARG_DST, yf);
+  plan.run(ctx);
+  activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
 }
 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,

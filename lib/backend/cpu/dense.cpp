@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Dense (fully connected) layer: x [N, Cin], w [Cout, Cin] (Keras kernel
 // transposed, cuBLAS-friendly), y [N, Cout]. 16-bit as in conv.cpp.
-// oneDNN inner product (bias fused; ReLU in a separate NaN-keeping pass) with the user
-// layouts nc / oi / nc, one cached plan per shape, run on fixed chunks of rows (see
+// oneDNN inner product (bias fused; the activation a post-op where dnnl_util.h's
+// exact_post_op says so, else activation_epilogue's pass, which also keeps relu's NaN) with
+// the user layouts nc / oi / nc, one cached plan per shape, run on fixed chunks of rows (see
 // below); the plain loops stay for MPX_CPU_REFERENCE=1.
 #include <algorithm>
 #include <cstdlib>
@@ -17,8 +18,9 @@ namespace mpx::cpu {
 
 namespace {
 
+// y = x w^T + b (the activation follows in activation_epilogue).
 void dense_forward_loops(int64_t N, int64_t Ci, int64_t Co, const float* x, const float* w, const float* b,
-                         float* y, Activation act) {
+                         float* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < Co; ++o) {
@@ -28,7 +30,7 @@ void dense_forward_loops(int64_t N, int64_t Ci, int64_t Co, const float* x, cons
 #pragma omp simd reduction(+ : acc)
       for (int64_t i = 0; i < Ci; ++i) acc += xi[i] * wo[i];
       acc += b ? b[o] : 0.0f;
-      y[n * Co + o] = (act == Activation::Relu && acc < 0.0f) ? 0.0f : acc;
+      y[n * Co + o] = acc;
     }
 }
 
@@ -102,13 +104,14 @@ std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
          std::to_string(Co) + ", " + std::to_string(Ci) + "]";
 }
 
-dnnl::inner_product_forward::primitive_desc dense_fwd_pd(Context& ctx, const DenseDescs& d, bool bias) {
+dnnl::inner_product_forward::primitive_desc dense_fwd_pd(Context& ctx, const DenseDescs& d, bool bias,
+                                                         Activation fused = Activation::None) {
   using ip = dnnl::inner_product_forward;
   const ip::desc desc = bias ? ip::desc(dnnl::prop_kind::forward_training, d.src, d.wei, d.bias, d.dst)
                              : ip::desc(dnnl::prop_kind::forward_training, d.src, d.wei, d.dst);
   // No fused ReLU post-op: oneDNN's ReLU turns NaN into 0 (measured: jit max(x, 0)),
-  // and the backend keeps NaN so that check_numerics sees it (see relu_keep_nan below).
-  return ip::primitive_desc(desc, make_attr(false), ctx.engine());
+  // and the backend keeps NaN so that check_numerics sees it (exact_post_op, dnnl_util.h).
+  return ip::primitive_desc(desc, make_attr(fused), ctx.engine());
 }
 
 /// A primitive over kRows rows. A partial last chunk goes through the two temporary
@@ -139,14 +142,14 @@ struct RowsPlan : DnnlPlan {
   }
 };
 
-RowsPlan& dense_fwd_plan(Context& ctx, int64_t Ci, int64_t Co, bool bias) {
+RowsPlan& dense_fwd_plan(Context& ctx, int64_t Ci, int64_t Co, bool bias, Activation fused) {
   PlanKey k;
-  k << kDenseFwd << kRows << Ci << Co << (bias ? 1 : 0);
+  k << kDenseFwd << kRows << Ci << Co << (bias ? 1 : 0) << act_key(fused);
   return ctx.plan<RowsPlan>(k, [&] {
     return dnnl_try(dense_what("inner product forward", kRows, Ci, Co), [&] {
       auto plan = std::make_unique<RowsPlan>();
       const DenseDescs d = dense_descs(kRows, Ci, Co);
-      const auto pd = dense_fwd_pd(ctx, d, bias);
+      const auto pd = dense_fwd_pd(ctx, d, bias, fused);
       plan->prim = dnnl::inner_product_forward(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
@@ -168,7 +171,7 @@ RowsPlan& dense_bwd_data_plan(Context& ctx, int64_t Ci, int64_t Co) {
       auto plan = std::make_unique<RowsPlan>();
       const DenseDescs d = dense_descs(kRows, Ci, Co);
       const auto hint = dense_fwd_pd(ctx, d, false);
-      const ib::primitive_desc pd(ib::desc(d.src, d.wei, d.dst), make_attr(false), ctx.engine(), hint);
+      const ib::primitive_desc pd(ib::desc(d.src, d.wei, d.dst), make_attr(), ctx.engine(), hint);
       plan->prim = ib(pd);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
@@ -190,7 +193,7 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
       const DenseDescs d = dense_descs(N, Ci, Co);
       const auto hint = dense_fwd_pd(ctx, d, bias);
       const iw::desc desc = bias ? iw::desc(d.src, d.wei, d.bias, d.dst) : iw::desc(d.src, d.wei, d.dst);
-      const iw::primitive_desc pd(desc, make_attr(false), ctx.engine(), hint);
+      const iw::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
       plan->prim = iw(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
@@ -202,31 +205,26 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
   });
 }
 
-// y = relu(y) in place, NaN stays NaN (the loops' and the CUDA backend's rule).
-void relu_keep_nan(float* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
-}
-
 }  // namespace
 
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                   Activation act) {
+                   Activation act, const Tensor& pre) {
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
   if (reference_loops()) {
-    dense_forward_loops(N, Ci, Co, xf, wf, bf, yf, act);
-  } else {
-    RowsPlan& plan = dense_fwd_plan(ctx, Ci, Co, bf != nullptr);
-    plan.bind(DNNL_ARG_WEIGHTS, wf);
-    if (bf) plan.bind(DNNL_ARG_BIAS, bf);
-    plan.run_rows(ctx, xf, yf, N);
-    if (act == Activation::Relu) relu_keep_nan(yf, N * Co);
+    dense_forward_loops(N, Ci, Co, xf, wf, bf, yf);
+    activation_epilogue(act, yf, y, pre);
+    return;
   }
-  f32_commit(yf, y);
+  const Activation fused = pre.empty() && exact_post_op(act) ? act : Activation::None;
+  RowsPlan& plan = dense_fwd_plan(ctx, Ci, Co, bf != nullptr, fused);
+  plan.bind(DNNL_ARG_WEIGHTS, wf);
+  if (bf) plan.bind(DNNL_ARG_BIAS, bf);
+  plan.run_rows(ctx, xf, yf, N);
+  activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
 }
 
 void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {

@@ -6,11 +6,13 @@
 
 #include <dnnl.hpp>
 
+#include <cstring>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/context.h"
+#include "core/activation.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
@@ -79,16 +81,40 @@ struct DnnlPlan : Plan {
   }
 };
 
-/// Attribute with a user scratchpad and optionally a fused ReLU.
-inline dnnl::primitive_attr make_attr(bool relu) {
+/// The one place that says which activations run as a oneDNN eltwise post-op of a
+/// convolution or inner product: those whose post-op gives activation_value's float32
+/// results bit for bit, NaN kept, and whose backward reads the output (a post-op cannot
+/// also return the pre-activation). Measured on oneDNN 2.6.3 (AVX2 and AVX-512 jit):
+///  - leaky_relu = eltwise_relu with alpha: equal bit for bit, NaN kept.
+///  - relu = eltwise_relu with alpha 0: a jit max(x, 0) that turns NaN into 0, so not here;
+///    conv2d_forward fuses it all the same (conv.cpp says why), dense keeps NaN.
+///  - gelu (eltwise_gelu_erf), gelu_tanh (eltwise_gelu_tanh), silu (eltwise_swish): their
+///    backward reads the pre-activation; and oneDNN's forms differ from ours (on a conv
+///    output in [-19, 19]: gelu_erf up to 2.6e-7 absolute error against float64 where ours
+///    has 1.1e-7, and zero or the wrong sign far in the negative tail; swish 4 ulp where
+///    ours has 2).
+/// An activation without a post-op runs in activation_epilogue (activation.cpp).
+inline bool exact_post_op(Activation act) { return act.kind == ActKind::LeakyRelu; }
+
+/// Attribute with a user scratchpad and, unless `fused` is None, its eltwise post-op.
+inline dnnl::primitive_attr make_attr(Activation fused = Activation::None) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (relu) {
+  if (!fused.is_none()) {
+    MPX_CHECK(fused.kind == ActKind::Relu || fused.kind == ActKind::LeakyRelu);
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, fused.alpha, 0.0f);
     attr.set_post_ops(ops);
   }
   return attr;
+}
+
+/// Plan-key bits of a fused activation (kind and parameter).
+inline int64_t act_key(Activation a) {
+  uint32_t bits = 0;
+  static_assert(sizeof(bits) == sizeof(a.alpha), "float is 32 bits");
+  std::memcpy(&bits, &a.alpha, sizeof(bits));
+  return (static_cast<int64_t>(a.kind) << 32) | bits;
 }
 
 /// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes.

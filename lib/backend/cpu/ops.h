@@ -21,20 +21,24 @@ void normalize_input(Context& ctx, const Tensor& x, const Tensor& mean, const Te
 
 // conv.cpp
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Tensor& y, Activation act);
+                    const Tensor& y, Activation act, const Tensor& pre);
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
 void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                             const Tensor& dw, const Tensor& db);
 
 // dense.cpp
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                   Activation act);
+                   Activation act, const Tensor& pre);
 void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx);
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db);
 
 // activation.cpp
 void activation_forward(Activation act, const Tensor& x, const Tensor& y);
-void activation_backward(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx);
+void activation_backward(Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx);
+/// The end of a fused conv/dense: z (float32, y.numel() elements) holds the pre-activation, in
+/// y's own memory when y is float32 (f32_out). In one pass: pre (when not empty) = z rounded to
+/// its dtype, then y = act(z) rounded to y's dtype. z is overwritten.
+void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor& pre);
 void add(const Tensor& a, const Tensor& b, const Tensor& y);
 
 // pool.cpp

@@ -140,7 +140,7 @@ DnnlPlan& avg_pool_plan(Context& ctx, const AvgGeo& a, bool backward) {
       const dnnl::memory::dims strides{a.sh, a.sw}, kernel{a.R, a.S}, pad_l{a.pt, a.pl}, pad_r{a.pb, a.pr};
       const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;  // Keras: padding not in the divisor
       const pf::primitive_desc fwd(
-          pf::desc(dnnl::prop_kind::forward_training, alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(false),
+          pf::desc(dnnl::prop_kind::forward_training, alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(),
           ctx.engine());
       if (!backward) {
         plan->prim = pf(fwd);
@@ -148,7 +148,7 @@ DnnlPlan& avg_pool_plan(Context& ctx, const AvgGeo& a, bool backward) {
         plan->add_arg(ctx, DNNL_ARG_DST, dst, fwd.dst_desc(), true);
         plan->set_scratchpad(ctx, fwd);
       } else {
-        const pb::primitive_desc bwd(pb::desc(alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(false),
+        const pb::primitive_desc bwd(pb::desc(alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(),
                                      ctx.engine(), fwd);
         plan->prim = pb(bwd);
         plan->add_arg(ctx, DNNL_ARG_DIFF_DST, dst, bwd.diff_dst_desc(), false);

@@ -148,8 +148,8 @@ void CudaBackend::normalize_input_impl(const Tensor& x, const Tensor& mean, cons
   after_op("normalize_input");
 }
 void CudaBackend::conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                      const Tensor& y, Activation act) {
-  cuda::conv2d_forward(*ctx_, p, x, w, bias, y, act);
+                                      const Tensor& y, Activation act, const Tensor& pre) {
+  cuda::conv2d_forward(*ctx_, p, x, w, bias, y, act, pre);
   after_op("conv2d_forward");
 }
 void CudaBackend::conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
@@ -163,8 +163,8 @@ void CudaBackend::conv2d_backward_filter_impl(const Conv2dParams& p, const Tenso
   after_op("conv2d_backward_filter");
 }
 void CudaBackend::dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                                     Activation act) {
-  cuda::dense_forward(*ctx_, x, w, bias, y, act);
+                                     Activation act, const Tensor& pre) {
+  cuda::dense_forward(*ctx_, x, w, bias, y, act, pre);
   after_op("dense_forward");
 }
 void CudaBackend::dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) {
@@ -180,8 +180,9 @@ void CudaBackend::activation_forward_impl(Activation act, const Tensor& x, const
   cuda::activation_forward(*ctx_, act, x, y);
   after_op("activation_forward");
 }
-void CudaBackend::activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  cuda::activation_backward(*ctx_, act, y, dy, dx);
+void CudaBackend::activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
+                                           const Tensor& dx) {
+  cuda::activation_backward(*ctx_, act, saved, dy, dx);
   after_op("activation_backward");
 }
 void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& y) {

@@ -41,17 +41,18 @@ class CudaBackend final : public Backend {
   void cast_impl(const Tensor& src, const Tensor& dst) override;
   void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override;
   void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                           const Tensor& y, Activation act) override;
+                           const Tensor& y, Activation act, const Tensor& pre) override;
   void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                  const Tensor& dx) override;
   void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
                                    const Tensor& db) override;
   void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                          Activation act) override;
+                          Activation act, const Tensor& pre) override;
   void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
   void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override;
   void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override;
-  void activation_backward_impl(Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx) override;
+  void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
+                                const Tensor& dx) override;
   void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override;
   void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override;
   void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,

@@ -10,8 +10,9 @@
 // expressed with cuDNN's symmetric pads: cuDNN gets the smaller pad of each
 // dimension, and the input is padded explicitly by the difference into a planned
 // buffer (pad_nhwc, conv_pad.cu); backward-data computes the gradient of that padded
-// input and crops it into dx. Bias and relu run as one epilogue kernel after the
-// convolution (activation.cu), the bias gradient as a deterministic column sum.
+// input and crops it into dx. Bias and activation run as one epilogue kernel after the
+// convolution (activation.cu; cuDNN's legacy API fuses no GELU/SiLU), which also writes
+// the pre-activation when asked; the bias gradient is a deterministic column sum.
 // Twin of cpu/conv.cpp.
 #include <cudnn.h>
 #include <spdlog/spdlog.h>
@@ -245,7 +246,7 @@ void* workspace(Context& ctx, const ConvPlan& plan) {
 // ---- ops ---------------------------------------------------------------------------
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Tensor& y, Activation act) {
+                    const Tensor& y, Activation act, const Tensor& pre) {
   const Geo g = geometry(p, x.shape, w.shape);
   if (y.numel() == 0) return;
   const Tensor xin = conv_input(ctx, g, x);
@@ -255,7 +256,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   void* ws = workspace(ctx, plan);
   MPX_CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn(), &alpha, plan.x, xin.data, plan.w, w.data, plan.conv, plan.fwd,
                                           ws, plan.ws_bytes, &beta, plan.y, y.data));
-  bias_activation(ctx, y, bias, act);
+  bias_activation(ctx, y, bias, act, pre);
 }
 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,

@@ -2,10 +2,11 @@
 // Dense (fully connected) layer through cuBLASLt: x [N, Cin], w [Cout, Cin],
 // y [N, Cout], row-major, i.e. the column-major products below. 16-bit (or
 // float32) A/B, CUBLAS_COMPUTE_32F (never TF32), output rounded once; bias and
-// bias+relu run as cuBLASLt epilogues when the bias has the output's dtype (else
-// as one kernel after the matmul); the bias gradient is a deterministic column
-// sum (activation.cu). One plan (descriptors, layouts, heuristic algorithm) per
-// shape, dtype, epilogue and pointer alignment. Twin of cpu/dense.cpp.
+// the activations cuBLASLt has (epilogue_for) run as cuBLASLt epilogues when the bias
+// has the output's dtype, everything else as one kernel after the matmul
+// (bias_activation); the bias gradient is a deterministic column sum (activation.cu).
+// One plan (descriptors, layouts, heuristic algorithm) per shape, dtype, epilogue and
+// pointer alignment. Twin of cpu/dense.cpp.
 #include <cublasLt.h>
 #include <spdlog/spdlog.h>
 
@@ -29,7 +30,7 @@ struct MatmulPlan : Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t ws_bytes = 0;
-  bool epilogue = false;  // bias (+relu) fused
+  bool epilogue = false;  // the wanted epilogue (bias, activation, aux) is fused
 
   ~MatmulPlan() override {
     auto log = [](const char* what, cublasStatus_t s) {
@@ -53,7 +54,45 @@ struct Gemm {
   cublasLtEpilogue_t epilogue;
   const void *pa, *pb, *pbias;  // for the alignment of the plan
   void* pd;
+  void* paux = nullptr;         // GELU_AUX epilogues: the pre-activation, [m x n] with ld m
 };
+
+bool epilogue_has_bias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_RELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool epilogue_has_aux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool epilogue_has_activation(cublasLtEpilogue_t e) {
+  return e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS;
+}
+
+/// The one place that says which activations cuBLASLt fuses into the forward matmul:
+///  - relu: RELU / RELU_BIAS (its backward reads the output; no pre-activation wanted);
+///  - gelu_tanh: GELU / GELU_BIAS, or GELU_AUX / GELU_AUX_BIAS when the backward wants the
+///    pre-activation (the aux matrix; its leading dimension m must be a multiple of 8).
+///    cuBLASLt's GELU is the tanh approximation (PyTorch fuses it only for
+///    approximate='tanh'), so gelu (the erf form) is not fused.
+/// Otherwise BIAS or DEFAULT, and bias_activation() does the rest after the matmul. With a
+/// bias that cannot be fused (another dtype), nothing is: the bias comes before the activation.
+cublasLtEpilogue_t epilogue_for(Activation act, const Tensor& bias, bool fuse_bias, const Tensor& pre, int64_t m) {
+  if (!bias.empty() && !fuse_bias) return CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasLtEpilogue_t plain = fuse_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  switch (act.kind) {
+    case ActKind::Relu:
+      if (pre.empty()) return fuse_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      break;
+    case ActKind::GeluTanh:
+      if (pre.empty()) return fuse_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      if (m % 8 == 0 && pointer_alignment(pre.data) >= 16)
+        return fuse_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      break;
+    default:
+      break;
+  }
+  return plain;
+}
 
 std::string gemm_what(const char* op, const Gemm& g) {
   return std::string(op) + " (" + dtype_name(g.ab) + " -> " + dtype_name(g.dt) + ", m=" + std::to_string(g.m) +
@@ -68,11 +107,16 @@ MatmulPlan* try_build(Context& ctx, const Gemm& g) {
   MPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &g.tb, sizeof(g.tb)));
   MPX_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue, sizeof(g.epilogue)));
-  if (g.epilogue == CUBLASLT_EPILOGUE_BIAS || g.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) {
+  if (epilogue_has_bias(g.epilogue))
     MPX_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.pbias, sizeof(g.pbias)));
-    plan->epilogue = true;
+  if (epilogue_has_aux(g.epilogue)) {
+    const int64_t ld = g.m;
+    MPX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.paux, sizeof(g.paux)));
+    MPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
   }
+  plan->epilogue = g.epilogue != CUBLASLT_EPILOGUE_DEFAULT;
   MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_dtype(g.ab), static_cast<uint64_t>(g.rows_a),
                                               static_cast<uint64_t>(g.cols_a), g.lda));
   MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_dtype(g.ab), static_cast<uint64_t>(g.rows_b),
@@ -111,14 +155,15 @@ MatmulPlan* try_build(Context& ctx, const Gemm& g) {
   return plan.release();
 }
 
-/// D = op(A) op(B) [+ bias, relu]. The epilogue is fused when cuBLASLt has an algorithm for
-/// it; otherwise the plain product runs and bias_activation() follows.
-void run_gemm(Context& ctx, DenseOp which, Gemm g, const Tensor& y, const Tensor& bias, Activation act) {
+/// D = op(A) op(B) [with g.epilogue]. Returns true when the epilogue ran fused; false when
+/// cuBLASLt has no algorithm for it and the plain product ran (the caller finishes with
+/// bias_activation()).
+bool run_gemm(Context& ctx, DenseOp which, Gemm g) {
   const cublasLtEpilogue_t wanted = g.epilogue;
   PlanKey key;
   key << which << static_cast<int64_t>(g.ab) << static_cast<int64_t>(g.dt) << g.m << g.n << g.k << wanted
       << pointer_alignment(g.pa) << pointer_alignment(g.pb) << pointer_alignment(g.pd)
-      << (g.pbias ? pointer_alignment(g.pbias) : 0);
+      << (g.pbias ? pointer_alignment(g.pbias) : 0) << (g.paux ? pointer_alignment(g.paux) : 0);
   MatmulPlan& plan = ctx.plan<MatmulPlan>(key, [&] {
     MatmulPlan* p = try_build(ctx, g);
     if (!p && wanted != CUBLASLT_EPILOGUE_DEFAULT) {
@@ -128,14 +173,17 @@ void run_gemm(Context& ctx, DenseOp which, Gemm g, const Tensor& y, const Tensor
     if (!p) throw Error("cuBLASLt: unsupported configuration, no algorithm for " + gemm_what("matmul", g));
     return p;
   });
-  if (plan.epilogue)
+  if (plan.epilogue && epilogue_has_bias(wanted))
     MPX_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.pbias, sizeof(g.pbias)));
+  if (plan.epilogue && epilogue_has_aux(wanted))
+    MPX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.paux, sizeof(g.paux)));
   void* ws = plan.ws_bytes ? ctx.scratch(kSlotWorkspace, plan.ws_bytes) : nullptr;
   const float alpha = 1.0f, beta = 0.0f;
   MPX_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.op, &alpha, g.pa, plan.a, g.pb, plan.b, &beta, g.pd, plan.d,
                                   g.pd, plan.d, &plan.algo, ws, plan.ws_bytes, ctx.stream()));
-  if (!plan.epilogue && wanted != CUBLASLT_EPILOGUE_DEFAULT) bias_activation(ctx, y, bias, act);
+  return plan.epilogue || wanted == CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 }  // namespace
@@ -144,32 +192,26 @@ void run_gemm(Context& ctx, DenseOp which, Gemm g, const Tensor& y, const Tensor
 
 // y^T (Co x N) = w^T (w stored Ci x Co, transposed) * x^T (Ci x N).
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                   Activation act) {
+                   Activation act, const Tensor& pre) {
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
   if (N == 0 || Co == 0) return;
   if (Ci == 0) {  // empty sum: y = act(bias)
     fill(ctx, y, 0.0f);
-    bias_activation(ctx, y, bias, act);
+    bias_activation(ctx, y, bias, act, pre);
     return;
   }
-  const bool relu = act == Activation::Relu;
   const bool fuse_bias = !bias.empty() && bias.dtype == y.dtype;
-  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
-  if (fuse_bias)
-    ep = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  else if (relu && bias.empty())
-    ep = CUBLASLT_EPILOGUE_RELU;
-  Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, Co, N, Ci, Ci, Co, Ci, Ci, N, Ci, Co, x.dtype, y.dtype, ep,
-         w.data, x.data, fuse_bias ? bias.data : nullptr, y.data};
-  // A relu epilogue that falls back is handled by bias_activation too.
-  const bool need_kernel_after = !bias.empty() && !fuse_bias;
-  if (need_kernel_after) {
-    g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    run_gemm(ctx, kDenseFwd, g, y, bias, act);
-    bias_activation(ctx, y, bias, act);
+  const cublasLtEpilogue_t ep = epilogue_for(act, bias, fuse_bias, pre, Co);
+  const Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, Co, N, Ci, Ci, Co, Ci, Ci, N, Ci, Co, x.dtype, y.dtype, ep,
+               w.data, x.data, epilogue_has_bias(ep) ? bias.data : nullptr, y.data,
+               epilogue_has_aux(ep) ? pre.data : nullptr};
+  if (!run_gemm(ctx, kDenseFwd, g)) {  // no algorithm with the epilogue: all of it after the product
+    bias_activation(ctx, y, bias, act, pre);
     return;
   }
-  run_gemm(ctx, kDenseFwd, g, y, bias, act);
+  // What the epilogue did not do (nothing when it did it all).
+  bias_activation(ctx, y, epilogue_has_bias(ep) ? Tensor() : bias, epilogue_has_activation(ep) ? Activation() : act,
+                  epilogue_has_aux(ep) || epilogue_has_activation(ep) ? Tensor() : pre);
 }
 
 // dx^T (Ci x N) = w (stored Ci x Co) * dy^T (Co x N).
@@ -182,7 +224,7 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
   }
   const Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, Ci, N, Co, Ci, Co, Ci, Co, N, Co, Ci, dy.dtype, dx.dtype,
                CUBLASLT_EPILOGUE_DEFAULT, w.data, dy.data, nullptr, dx.data};
-  run_gemm(ctx, kDenseBwdData, g, dx, Tensor(), Activation::None);
+  run_gemm(ctx, kDenseBwdData, g);
 }
 
 // dw^T (Ci x Co) = x^T (Ci x N) * dy (dy stored Co x N, transposed). dw may be float32
@@ -197,7 +239,7 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   if (Co > 0 && Ci > 0) {
     const Gemm g{CUBLAS_OP_N, CUBLAS_OP_T, Ci, Co, N, Ci, N, Ci, Co, N, Co, Ci, x.dtype, dw.dtype,
                  CUBLASLT_EPILOGUE_DEFAULT, x.data, dy.data, nullptr, dw.data};
-    run_gemm(ctx, kDenseBwdWeights, g, dw, Tensor(), Activation::None);
+    run_gemm(ctx, kDenseBwdWeights, g);
   }
   if (!db.empty() && Co > 0) bias_backward(ctx, dy, db);
 }

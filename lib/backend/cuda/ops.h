@@ -22,7 +22,7 @@ void normalize_input(Context& ctx, const Tensor& x, const Tensor& mean, const Te
 
 // conv.cpp (cuDNN legacy convolution API)
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                    const Tensor& y, Activation act);
+                    const Tensor& y, Activation act, const Tensor& pre);
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
 void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                             const Tensor& dw, const Tensor& db);
@@ -32,16 +32,19 @@ void crop_nhwc(Context& ctx, const Tensor& xp, const Tensor& x, int top, int lef
 
 // dense.cpp (cuBLASLt)
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                   Activation act);
+                   Activation act, const Tensor& pre);
 void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx);
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db);
 
 // activation.cu
 void activation_forward(Context& ctx, Activation act, const Tensor& x, const Tensor& y);
-void activation_backward(Context& ctx, Activation act, const Tensor& y, const Tensor& dy, const Tensor& dx);
+/// `saved`: the forward output or input, as act.backward_reads() says.
+void activation_backward(Context& ctx, Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& y);
-/// y = act(y + bias) over y viewed as [M, K] (bias [K], any float dtype, may be empty).
-void bias_activation(Context& ctx, const Tensor& y, const Tensor& bias, Activation act);
+/// Over y viewed as [M, K]: z = y + bias (bias [K], any float dtype, may be empty), pre = z
+/// when pre is not empty, y = act(z), both from the float32 z.
+void bias_activation(Context& ctx, const Tensor& y, const Tensor& bias, Activation act,
+                     const Tensor& pre = Tensor());
 /// db[k] = sum over rows of dy viewed as [M, K] (deterministic two-stage reduction).
 void bias_backward(Context& ctx, const Tensor& dy, const Tensor& db);
 

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: MIT
+// Activation functions, each defined in this one file: its config name (Keras 3), its
+// forward formula, its derivative, and which tensor its backward pass reads (the forward
+// input or the forward output). The formulas are written once for the host and the
+// device: the CPU backend's loops and the CUDA kernels call the same functions, in
+// float32 (16-bit tensors are widened before and rounded once after).
+// docs/contributing.md "Adding an activation" is the recipe for a new one.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+// Always inlined: the loops call them with a compile-time kind, and the switch must fold
+// away for the loop to vectorize (a call per element is several times slower).
+#if defined(__CUDACC__)
+#define MPX_ACT_FN __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define MPX_ACT_FN inline __attribute__((always_inline))
+#else
+#define MPX_ACT_FN inline
+#endif
+
+namespace mpx {
+
+/// Every activation a layer can apply. None is the identity (Keras "linear").
+enum class ActKind : uint8_t { None, Relu, LeakyRelu, Gelu, GeluTanh, Silu };
+
+/// The tensor an activation's backward pass reads besides dy.
+enum class ActSaved : uint8_t {
+  Nothing,  // the identity
+  Output,   // the forward output y: exact where y determines act'(x) (relu, leaky_relu with slope >= 0)
+  Input,    // the forward input x (the pre-activation): always exact, costs a kept buffer in fused layers
+};
+
+/// What activation_grad reads for `k`. Input is always right; Output only where the
+/// derivative is an exact function of the (rounded) output.
+constexpr ActSaved backward_reads(ActKind k) {
+  switch (k) {
+    case ActKind::None: return ActSaved::Nothing;
+    case ActKind::Relu:
+    case ActKind::LeakyRelu: return ActSaved::Output;  // y > 0 iff x > 0 (slope >= 0), also after rounding
+    default: return ActSaved::Input;
+  }
+}
+
+/// An activation with its parameter. alpha: leaky_relu's negative slope (>= 0); 0 otherwise.
+struct Activation {
+  ActKind kind = ActKind::None;
+  float alpha = 0.0f;
+
+  constexpr Activation() = default;
+  constexpr Activation(ActKind k, float a = 0.0f) : kind(k), alpha(a) {}  // NOLINT: implicit from a kind
+
+  constexpr ActSaved backward_reads() const { return mpx::backward_reads(kind); }
+  constexpr bool is_none() const { return kind == ActKind::None; }
+  friend constexpr bool operator==(Activation a, Activation b) { return a.kind == b.kind && a.alpha == b.alpha; }
+  friend constexpr bool operator!=(Activation a, Activation b) { return !(a == b); }
+
+  static const Activation None;
+  static const Activation Relu;
+};
+inline constexpr Activation Activation::None{ActKind::None};
+inline constexpr Activation Activation::Relu{ActKind::Relu};
+
+/// Keras 3's default negative slope of the leaky_relu activation function
+/// (keras.activations.leaky_relu; the Keras 2 LeakyReLU layer defaulted to alpha = 0.3).
+constexpr float kLeakyReluDefaultSlope = 0.2f;
+
+// ---- names ----------------------------------------------------------------------------
+
+/// Config names (Keras 3 spellings; several may map to one kind): X(Enumerator, "name", ActKind).
+/// The config's ActivationName enum is made from this list (config/enums.h), with softmax
+/// added there: it is fused into the float32 loss, never applied by a layer (nn/sequence.cpp).
+// clang-format off
+#define MPX_ACTIVATION_ROWS(X)                                                               \
+  X(Linear, "linear", None) X(Relu, "relu", Relu) X(LeakyRelu, "leaky_relu", LeakyRelu)      \
+  X(Gelu, "gelu", Gelu)             /* Keras gelu(approximate=False): x Phi(x), the erf form */ \
+  X(GeluTanh, "gelu_tanh", GeluTanh) /* Keras gelu(approximate=True): the tanh approximation */ \
+  X(Silu, "silu", Silu) X(Swish, "swish", Silu) /* Keras: swish is silu's alias */
+// clang-format on
+
+struct ActivationEntry {
+  const char* name;
+  ActKind kind;
+};
+#define MPX_ACTIVATION_ENTRY_(E, name, kind) ActivationEntry{name, ActKind::kind},
+inline constexpr ActivationEntry kActivationNames[] = {MPX_ACTIVATION_ROWS(MPX_ACTIVATION_ENTRY_)};
+#undef MPX_ACTIVATION_ENTRY_
+
+/// The kind of a config name; "" is linear; nullopt when unknown.
+inline std::optional<ActKind> activation_kind(std::string_view name) {
+  if (name.empty()) return ActKind::None;
+  for (const ActivationEntry& a : kActivationNames)
+    if (name == a.name) return a.kind;
+  return std::nullopt;
+}
+/// The first config name of `k` ("linear" for None).
+inline const char* activation_name(ActKind k) {
+  for (const ActivationEntry& a : kActivationNames)
+    if (a.kind == k) return a.name;
+  return "?";
+}
+/// Every config name, in table order (the config's allowed values, with softmax added there).
+inline std::vector<std::string> activation_names() {
+  std::vector<std::string> v;
+  for (const ActivationEntry& a : kActivationNames) v.emplace_back(a.name);
+  return v;
+}
+
+// ---- the math (float32, host and device) ------------------------------------------------
+
+namespace act_detail {
+constexpr float kSqrtHalf = 0.70710678118654752440f;     // 1/sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2/pi)
+constexpr float kGeluTanhCubic = 0.044715f;
+
+// exp and erfc written as straight-line float32 arithmetic, the same on the host and the
+// device: the CPU loops vectorize them (glibc's expf/erfcf are calls, several times slower
+// per element), and both backends evaluate one formula.
+
+/// 2^n for n in [-126, 127].
+MPX_ACT_FN float pow2i(int32_t n) {
+  const int32_t bits = (n + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+/// e^x within 1 ulp: e^x = 2^n e^r with n = round(x / ln 2) (the 1.5 * 2^23 trick),
+/// r = x - n ln 2 in two parts (Cody-Waite), e^r by Cephes' expf polynomial, and 2^n as
+/// two factors so that every n in [-151, 129] is exact: inf above 88.72, subnormals below
+/// -87.34, 0 below -103.97, NaN stays NaN (the clamps keep it: comparisons with NaN are false).
+MPX_ACT_FN float exp_f(float x) {
+  const float x1 = x > 89.0f ? 89.0f : x;
+  const float xc = x1 < -104.0f ? -104.0f : x1;
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t ni = static_cast<int32_t>(n), n1 = ni >> 1;
+  return p * pow2i(n1) * pow2i(ni - n1);
+}
+
+/// erfc(x) with relative error below 1e-5 everywhere (below 2e-6 for |x| < 4; what is
+/// left is the rounding of x^2 in the exponent): erfc(|x|) = t e^(-x^2 + P(t)),
+/// t = 2 / (2 + |x|), P the Chebyshev fit of Numerical Recipes' erfcc (fractional error
+/// 1.2e-7); erfc(-|x|) = 2 - erfc(|x|). erfc(inf) = 0, erfc(-inf) = 2, NaN stays NaN.
+MPX_ACT_FN float erfc_f(float x) {
+  const float z = fabsf(x);
+  const float t = 2.0f / (2.0f + z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float e = t * exp_f(p - z * z);
+  return x < 0.0f ? 2.0f - e : e;
+}
+
+/// sigmoid(v) = 1 / (1 + e^-v) and sigmoid(-v) = 1 - sigmoid(v) without the cancellation
+/// of 1 - s, from one exp of -|v| (which never overflows) and one division.
+MPX_ACT_FN void sigmoid_pair(float v, float& s, float& s_neg) {
+  const float a = exp_f(-fabsf(v));
+  const float q = 1.0f / (1.0f + a), aq = a * q;
+  s = v < 0.0f ? aq : q;
+  s_neg = v < 0.0f ? q : aq;
+}
+}  // namespace act_detail
+
+/// y = act(x). NaN stays NaN (check_numerics must see it); formulas chosen to stay
+/// accurate in the negative tails (no 1 + erf or 1 + tanh cancellation).
+MPX_ACT_FN float activation_value(Activation a, float x) {
+  using namespace act_detail;
+  switch (a.kind) {
+    case ActKind::None: return x;
+    case ActKind::Relu: return x < 0.0f ? 0.0f : x;
+    case ActKind::LeakyRelu: return x < 0.0f ? a.alpha * x : x;
+    case ActKind::Gelu: return 0.5f * x * erfc_f(-x * kSqrtHalf);  // x Phi(x), Phi = erfc(-x/sqrt2)/2
+    case ActKind::GeluTanh: {  // 0.5 x (1 + tanh(u)) = x / (1 + e^-2u)
+      const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
+      return x / (1.0f + exp_f(-2.0f * u));
+    }
+    case ActKind::Silu: return x / (1.0f + exp_f(-x));  // x sigmoid(x)
+  }
+  return x;
+}
+
+/// dx = dy * act'(x), where `saved` is the tensor backward_reads(a.kind) names: the output y
+/// for relu / leaky_relu (relu: a dead unit gives +0 even for a non-finite dy), the input x
+/// for the others.
+MPX_ACT_FN float activation_grad(Activation a, float saved, float dy) {
+  using namespace act_detail;
+  switch (a.kind) {
+    case ActKind::None: return dy;
+    case ActKind::Relu: return saved > 0.0f ? dy : 0.0f;
+    case ActKind::LeakyRelu: return saved > 0.0f ? dy : a.alpha * dy;
+    case ActKind::Gelu: {  // Phi(x) + x phi(x)
+      const float x = saved;
+      return dy * (0.5f * erfc_f(-x * kSqrtHalf) + x * (kInvSqrt2Pi * exp_f(-0.5f * x * x)));
+    }
+    case ActKind::GeluTanh: {  // s + 2 x s (1 - s) u', s = sigmoid(2u)
+      const float x = saved, x2 = x * x;
+      const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x2 * x);
+      float s, s_neg;
+      sigmoid_pair(2.0f * u, s, s_neg);
+      const float t = s * s_neg;
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCubic * x2);
+      return dy * (s + (t == 0.0f ? 0.0f : 2.0f * x * t * du));  // t == 0: saturated (du may be inf)
+    }
+    case ActKind::Silu: {  // s + x s (1 - s), s = sigmoid(x), 1 - s = sigmoid(-x) without cancellation
+      const float x = saved;
+      float s, s_neg;
+      sigmoid_pair(x, s, s_neg);
+      return dy * (s + x * s * s_neg);
+    }
+  }
+  return dy;
+}
+
+/// Calls f(std::integral_constant<ActKind, K>{}) for K = k, so that a loop can be compiled
+/// once per activation (the switch in activation_value/grad folds away). Host only.
+template <typename F>
+decltype(auto) with_activation_kind(ActKind k, F&& f) {
+  switch (k) {
+    case ActKind::Relu: return f(std::integral_constant<ActKind, ActKind::Relu>{});
+    case ActKind::LeakyRelu: return f(std::integral_constant<ActKind, ActKind::LeakyRelu>{});
+    case ActKind::Gelu: return f(std::integral_constant<ActKind, ActKind::Gelu>{});
+    case ActKind::GeluTanh: return f(std::integral_constant<ActKind, ActKind::GeluTanh>{});
+    case ActKind::Silu: return f(std::integral_constant<ActKind, ActKind::Silu>{});
+    case ActKind::None: break;
+  }
+  return f(std::integral_constant<ActKind, ActKind::None>{});
+}
+
+}  // namespace mpx
