@@ -227,7 +227,8 @@ TEST_CASE("config limits: numbers must fit a float32", "[config][limits]") {
         "(mpx computes in float32: 0, or a magnitude in [1.17549435e-38, 3.40282347e+38])");
   // learning_rate 1e-320 used to become 0 silently; 1e39 would be inf.
   CHECK_THAT(error_of(kMinimal, {"optimizer.learning_rate=1e-320"}),
-             Catch::Contains("optimizer.learning_rate: expected a number > 0, got 1e-320, which does not fit a float32"));
+             Catch::Contains("optimizer.learning_rate: expected a number > 0, got 1e-320, which does not fit a "
+                             "float32"));
   CHECK_THAT(error_of(kMinimal, {"optimizer.learning_rate=1e39"}),
              Catch::Contains("got 1e39, which does not fit a float32"));
   CHECK_THAT(error_of(kMinimal, {"loss_scale.initial=1e300"}), Catch::Contains("does not fit a float32"));

@@ -215,7 +215,8 @@ TEST_CASE("data limits: garbage after a gzip member is an error naming the offse
   for (char c : std::string("trailing junk")) b.push_back(static_cast<uint8_t>(c));
   write_bytes(gz, b);
   std::string msg = error_of(cfg_for(DatasetName::Mnist, d.path), Split::Test);
-  CHECK_THAT(msg, Catch::StartsWith(gz + ": unexpected bytes after the end of the gzip data at compressed byte offset " +
+  CHECK_THAT(msg, Catch::StartsWith(gz +
+                                    ": unexpected bytes after the end of the gzip data at compressed byte offset " +
                                     std::to_string(member.size()) + " (decompressed byte offset 14)"));
 
   // Zero padding counts as garbage too; so does a lone byte.

@@ -123,8 +123,8 @@ TEST_CASE("file limits: checkpoint length fields larger than the file are refuse
                                 "interrupted copy? use another checkpoint, e.g. best.ckpt)");
 
   // A CRC-valid header whose section claims 2^60 floats: truncated, nothing allocated.
-  const uint32_t hlen = static_cast<uint8_t>(bytes[12]) | static_cast<uint8_t>(bytes[13]) << 8 |
-                        static_cast<uint8_t>(bytes[14]) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(bytes[15])) << 24;
+  uint32_t hlen = 0;
+  for (int i = 3; i >= 0; --i) hlen = hlen << 8 | static_cast<uint8_t>(bytes[12 + i]);
   nlohmann::json j = nlohmann::json::parse(bytes.substr(16, hlen));
   const std::string data = bytes.substr(20 + hlen);
   const uint64_t base = 20 + hlen;
