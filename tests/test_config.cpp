@@ -274,7 +274,7 @@ TEST_CASE("config: wrong types name the key, position and value", "[config]") {
   CHECK(error_of("model: {layers: [{type: flatten}]}\ndata: {dataset: mnist, normalize: {mean: 0.5, std: [1]}}\n") ==
         "x.yaml:2:42: data.normalize.mean: expected a list of numbers, got '0.5'");
   CHECK(error_of(with_section("train: {epochs: }\n")) ==
-        "x.yaml:6:17: train.epochs: expected a positive integer, got an empty value");
+        "x.yaml:6:17: train.epochs: expected an integer in [1, 1000000], got an empty value");
 }
 
 TEST_CASE("config: out-of-range values name the allowed range and the value", "[config]") {
@@ -577,7 +577,7 @@ optimizer:
   }
   SECTION("errors elsewhere in the file keep their file position") {
     CHECK(error_of(text + "train: {epochs: 0}\n", {"optimizer.learning_rate=0.1"}) ==
-          "x.yaml:13:17: train.epochs: expected a positive integer, got 0");
+          "x.yaml:13:17: train.epochs: expected an integer in [1, 1000000], got 0");
   }
 }
 

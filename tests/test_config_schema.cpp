@@ -194,7 +194,7 @@ TEST_CASE("schema: dist and cuda keys (defaults, ranges, values)", "[config][sch
     return std::string();
   };
   CHECK(error_of("dist: {bucket_bytes: 2}\n") == "x.yaml:3:22: dist.bucket_bytes: expected an integer >= 4, got 2");
-  CHECK(error_of("cuda: {workspace_mb: -1}\n") == "x.yaml:3:22: cuda.workspace_mb: expected an integer >= 0, got -1");
+  CHECK(error_of("cuda: {workspace_mb: -1}\n") == "x.yaml:3:22: cuda.workspace_mb: expected an integer in [0, 1048576], got -1");
   CHECK(error_of("dist: {overlap_allreduce: always}\n") ==
         "x.yaml:3:27: dist.overlap_allreduce: expected one of auto | on | off, got 'always'");
   CHECK(error_of("cuda: {workspace: 1}\n") ==

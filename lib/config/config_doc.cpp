@@ -95,7 +95,10 @@ std::string config_reference_markdown() {
       "`data.dataset` and `model.layers`; an unknown key is an error that names the file, line,\n"
       "column and the closest valid key. `--set key.path=value` overrides any key\n"
       "(`--set optimizer.learning_rate=3e-3`, `--set model.layers[2].units=64`), and the run\n"
-      "directory's `config.yaml` is the resolved file: every key with its value.\n\n";
+      "directory's `config.yaml` is the resolved file: every key with its value.\n\n"
+      "mpx computes in float32, so every number must also fit one: 0, or a magnitude between\n"
+      "1.17549435e-38 (the smallest normal float32) and 3.40282347e+38. The limits on what a\n"
+      "config may hold (size, nesting, UTF-8) are in docs/inputs.md.\n\n";
   return out + config_sections() + layer_sections();
 }
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "config/config.h"
 #include "config/schema.h"
@@ -119,21 +118,35 @@ void read_layers(const Reader& r, const YNode& seq, const std::string& path, std
 
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides) {
-  YNode root = config_detail::parse_yaml_tree(yaml_text, source);
-  for (const auto& ov : overrides) config_detail::apply_override(root, ov, source);
+  size_t nodes = 0;  // one budget for the file and its --set values
+  YNode root = config_detail::parse_yaml_tree(yaml_text, source, "", &nodes);
+  for (const auto& ov : overrides) config_detail::apply_override(root, ov, source, &nodes);
   return build(root, source);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  using config_detail::kMaxConfigBytes;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw ConfigError(fmt::format("{}: cannot read config file: it is a directory", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  const auto too_big = [&](const std::string& size) {
+    return ConfigError(fmt::format("{}: the config file is larger than the limit of {} bytes (1 MiB){}; "
+                                   "is it the right file?",
+                                   path, kMaxConfigBytes, size));
+  };
+  // A regular file is judged by its size before a byte is read; anything else
+  // (a pipe, /dev/zero) is read only up to one byte past the limit.
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && std::filesystem::is_regular_file(path, ec) && size > kMaxConfigBytes)
+    throw too_big(fmt::format(": it has {} bytes", size));
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
-  return parse_config(ss.str(), path, overrides);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) throw too_big("");
+  return parse_config(text, path, overrides);
 }
 
 }  // namespace mpx

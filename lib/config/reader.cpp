@@ -22,7 +22,7 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 std::string describe(const YNode& n) {
   switch (n.kind) {
     case YNode::Kind::Null: return "an empty value";
-    case YNode::Kind::Scalar: return "'" + n.scalar + "'";
+    case YNode::Kind::Scalar: return "'" + clip(n.scalar) + "'";
     case YNode::Kind::Map: return "a mapping";
     case YNode::Kind::Seq: return "a list";
   }
@@ -63,7 +63,7 @@ MapView Reader::section(const YNode* n, const std::string& path, const std::stri
     std::string msg = fmt::format("unknown key in {}", what);
     if (!guess.empty()) msg += fmt::format("; did you mean '{}'?", guess);
     msg += fmt::format(" (valid keys: {})", join(allowed));
-    fail(n->key_origins[i], v.child_path(k), msg);
+    fail(n->key_origins[i], v.child_path(clip(k)), msg);
   }
   return v;
 }
@@ -85,8 +85,8 @@ int64_t Reader::as_int(const YNode& n, const std::string& path, int64_t lo, int6
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
   if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
-    fail(n.origin, path, fmt::format("expected an integer, got '{}'", s));
-  if (errno == ERANGE || v < lo || v > hi) fail(n.origin, path, fmt::format("expected {}, got {}", range, s));
+    fail(n.origin, path, fmt::format("expected an integer, got '{}'", clip(s)));
+  if (errno == ERANGE || v < lo || v > hi) fail(n.origin, path, fmt::format("expected {}, got {}", range, clip(s)));
   return v;
 }
 
@@ -97,15 +97,15 @@ uint64_t Reader::as_uint64(const YNode& n, const std::string& path) const {
   errno = 0;
   char* end = nullptr;
   if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '+' || s[0] == '-'))
-    fail(n.origin, path, fmt::format("expected an integer, got '{}'", s));
+    fail(n.origin, path, fmt::format("expected an integer, got '{}'", clip(s)));
   if (s[0] == '-') {
     (void)std::strtoll(s.c_str(), &end, 10);
-    if (end != s.c_str() + s.size()) fail(n.origin, path, fmt::format("expected an integer, got '{}'", s));
-    fail(n.origin, path, fmt::format("expected {}, got {}", range, s));
+    if (end != s.c_str() + s.size()) fail(n.origin, path, fmt::format("expected an integer, got '{}'", clip(s)));
+    fail(n.origin, path, fmt::format("expected {}, got {}", range, clip(s)));
   }
   const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (end != s.c_str() + s.size()) fail(n.origin, path, fmt::format("expected an integer, got '{}'", s));
-  if (errno == ERANGE) fail(n.origin, path, fmt::format("expected {}, got {}", range, s));
+  if (end != s.c_str() + s.size()) fail(n.origin, path, fmt::format("expected an integer, got '{}'", clip(s)));
+  if (errno == ERANGE) fail(n.origin, path, fmt::format("expected {}, got {}", range, clip(s)));
   return v;
 }
 
@@ -118,12 +118,17 @@ double Reader::as_double(const YNode& n, const std::string& path, Range r) const
   std::string lower = s;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (lower == ".inf" || lower == "+.inf" || lower == "-.inf" || lower == ".nan")
-    fail(n.origin, path, fmt::format("expected {}, got {}", range, s));
+    fail(n.origin, path, fmt::format("expected {}, got {}", range, clip(s)));
   const double v = std::strtod(s.c_str(), &end);
   const bool hexish = s.find_first_of("xXpP") != std::string::npos;
   if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])) || hexish)
-    fail(n.origin, path, fmt::format("expected a number, got '{}'", s));
-  if (!r.contains(v)) fail(n.origin, path, fmt::format("expected {}, got {}", range, s));
+    fail(n.origin, path, fmt::format("expected a number, got '{}'", clip(s)));
+  if (!r.within(v)) fail(n.origin, path, fmt::format("expected {}, got {}", range, clip(s)));
+  if (!Range::fits_float32(v))
+    fail(n.origin, path,
+         fmt::format("expected {}, got {}, which does not fit a float32 (mpx computes in float32: 0, or a "
+                     "magnitude in [{:.9g}, {:.9g}])",
+                     range, clip(s), std::numeric_limits<float>::min(), std::numeric_limits<float>::max()));
   return v;
 }
 

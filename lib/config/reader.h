@@ -18,7 +18,10 @@ namespace mpx::config_detail {
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 
-/// A range of doubles; open ends exclude the bound.
+/// The values a number key may hold: a range of doubles (open ends exclude the
+/// bound) that also fit a float32, as mpx computes in float32: 0, or a
+/// magnitude in [FLT_MIN, FLT_MAX] (a subnormal or larger value would turn
+/// into 0 or inf, or lose its precision, on the way to the kernels).
 struct Range {
   double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;
@@ -29,11 +32,17 @@ struct Range {
   static Range closed(double lo, double hi) { return {lo, hi, false, false}; }
   static Range half_open(double lo, double hi) { return {lo, hi, false, true}; }
   static Range open(double lo, double hi) { return {lo, hi, true, true}; }
-  bool contains(double v) const {
+  /// Inside the bounds, in double.
+  bool within(double v) const {
     const bool below = lo_open ? !(v > lo) : !(v >= lo);
     const bool above = hi_open ? !(v < hi) : !(v <= hi);
     return std::isfinite(v) && !below && !above;
   }
+  static bool fits_float32(double v) {
+    const double a = std::fabs(v);
+    return v == 0 || (a >= std::numeric_limits<float>::min() && a <= std::numeric_limits<float>::max());
+  }
+  bool contains(double v) const { return within(v) && fits_float32(v); }
 };
 
 std::string join(const std::vector<std::string>& v, const char* sep = ", ");

@@ -17,9 +17,15 @@ using config_detail::kIntMax;
 
 namespace {
 
+/// Schedules compute with the epoch count in float; a million epochs is far
+/// past any real run and keeps epoch / epochs meaningful (docs/inputs.md).
+constexpr int64_t kMaxEpochs = 1000000;
+/// Converted to bytes (<< 20) in a size_t: 1 TiB is more than any GPU holds.
+constexpr int64_t kMaxWorkspaceMb = int64_t{1} << 20;
+
 std::string check_run_name(const std::string& s) {
   if (s.find_first_of("/\\") == std::string::npos) return "";
-  return fmt::format("expected a run name without '/' or '\\', got '{}'", s);
+  return fmt::format("expected a run name without '/' or '\\', got '{}'", config_detail::clip(s));
 }
 
 void default_data_path(Config& c) { c.data.path = std::string("data/") + enum_name(c.data.dataset); }
@@ -135,7 +141,7 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(optimizer.weight_decay, Num(R::ge(0)), "L2 penalty (sgd, adam) or decoupled decay (adamw)"),
 
     MPX_KEY(schedule.name, Enum<ScheduleName>(), "the learning-rate schedule"),
-    MPX_KEY(schedule.warmup_epochs, Num(R::ge(0)), "linear warm-up from 0 over this many epochs"),
+    MPX_KEY(schedule.warmup_epochs, Num(R::closed(0, kMaxEpochs)), "linear warm-up from 0 over this many epochs"),
     MPX_KEY(schedule.step_epochs, Int(1, kI64Max), "step: multiply by gamma every step_epochs"),
     MPX_KEY(schedule.gamma, Num(R::gt(0)), "step: the factor"),
     MPX_KEY(schedule.min_lr, Num(R::ge(0)), "cosine and reduce_on_plateau: the floor"),
@@ -145,7 +151,7 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(schedule.min_delta, Num(R::ge(0)), "reduce_on_plateau: smallest improvement that counts"),
     MPX_KEY(schedule.cooldown, Int(0, kI64Max), "reduce_on_plateau: evaluations to wait after a cut"),
 
-    MPX_KEY(train.epochs, Int(1, kI64Max), "epochs to train"),
+    MPX_KEY(train.epochs, Int(1, kMaxEpochs), "epochs to train"),
     MPX_KEY(train.log_every, Int(1, kI64Max), "steps between log lines / metrics.jsonl records"),
     MPX_KEY(train.eval_every, Int(1, kI64Max), "epochs between evaluations on the test split"),
     MPX_KEY(train.eval_policy, Enum<EvalPolicy>(), "evaluate under the training policy or float32"),
@@ -164,7 +170,7 @@ const std::vector<Key<Config>>& config_keys() {
       "all-reduce gradient buckets during the backward pass (auto: on with NCCL on GPUs, off on the CPU)"),
     MPX_KEY(dist.bucket_bytes, Int(4, kI64Max), "smallest bucket of the overlapped all-reduce, in bytes"),
 
-    MPX_KEY(cuda.workspace_mb, Int(0, kI64Max), "cuDNN / cuBLASLt workspace budget in MiB"),
+    MPX_KEY(cuda.workspace_mb, Int(0, kMaxWorkspaceMb), "cuDNN / cuBLASLt workspace budget in MiB"),
   };
   // clang-format on
   return keys;

@@ -184,7 +184,8 @@ struct Device : Plain {
     const bool index =
         s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9 &&
         std::all_of(s.begin() + 5, s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    if (s != "auto" && s != "cpu" && s != "cuda" && !index) r.fail(n.origin, p, fmt::format("{}, got '{}'", exp, s));
+    if (s != "auto" && s != "cpu" && s != "cuda" && !index)
+      r.fail(n.origin, p, fmt::format("{}, got '{}'", exp, config_detail::clip(s)));
     v = s;
   }
   void write(YAML::Emitter& out, const std::string& v) const { out << v; }

@@ -4,10 +4,12 @@
 #include "config/yaml_tree.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -25,9 +27,53 @@ YNode* YNode::find(const std::string& key) {
 
 std::string where(const std::string& source, const Origin& o) {
   const std::string src = source.empty() ? "<config>" : source;
-  if (!o.override_text.empty()) return fmt::format("{}: in --set '{}'", src, o.override_text);
+  if (!o.override_text.empty()) return fmt::format("{}: in --set '{}'", src, clip(o.override_text));
   if (o.line > 0) return fmt::format("{}:{}:{}", src, o.line, o.column);
   return src;
+}
+
+// ---- text checks ---------------------------------------------------------------
+
+size_t utf8_error_at(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // UTF-16 surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+std::string clip(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  // Back up over UTF-8 continuation bytes so a character is never split.
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
 }
 
 // ---- YAML -> tree -------------------------------------------------------------
@@ -45,56 +91,128 @@ Origin origin_of(const YAML::Mark& m, const std::string& override_text) {
   return o;
 }
 
-YNode convert(const YAML::Node& n, const std::string& source, const std::string& ov, int depth) {
-  YNode out;
-  out.origin = origin_of(n.Mark(), ov);
-  if (depth > 64) throw ConfigError(fmt::format("{}: YAML nested too deeply", where(source, out.origin)));
-  switch (n.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      out.kind = YNode::Kind::Null;
-      break;
-    case YAML::NodeType::Scalar:
-      out.kind = YNode::Kind::Scalar;
-      out.scalar = n.Scalar();
-      break;
-    case YAML::NodeType::Sequence:
-      out.kind = YNode::Kind::Seq;
-      for (const auto& c : n) out.children.push_back(convert(c, source, ov, depth + 1));
-      break;
-    case YAML::NodeType::Map:
-      out.kind = YNode::Kind::Map;
-      for (const auto& kv : n) {
-        Origin ko = origin_of(kv.first.Mark(), ov);
-        if (!kv.first.IsScalar())
-          throw ConfigError(fmt::format("{}: a mapping key must be a plain name", where(source, ko)));
-        const std::string key = kv.first.Scalar();
-        if (out.find(key) != nullptr)
-          throw ConfigError(fmt::format("{}: duplicate key '{}'", where(source, ko), key));
-        out.keys.push_back(key);
-        out.key_origins.push_back(ko);
-        out.children.push_back(convert(kv.second, source, ov, depth + 1));
-      }
-      break;
+/// Counts the documents of a YAML text and remembers where the second begins.
+/// Events only: an alias is one event, so this pass is linear in the text.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  int documents = 0;
+  YAML::Mark second;
+  void OnDocumentStart(const YAML::Mark& m) override {
+    if (++documents == 2) second = m;
   }
-  return out;
-}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+/// yaml-cpp's node graph shares aliased nodes; this copy does not, so it
+/// counts what it builds and stops at kMaxYamlNodes (an alias bomb expands
+/// exponentially: nine anchors of nine aliases each are 9^9 nodes).
+class Converter {
+ public:
+  Converter(const std::string& source, const std::string& ov, size_t& nodes)
+      : source_(source), ov_(ov), nodes_(nodes) {}
+
+  YNode convert(const YAML::Node& n, int depth, const std::string& path) {
+    YNode out;
+    out.origin = origin_of(n.Mark(), ov_);
+    if (depth > kMaxYamlDepth)
+      throw ConfigError(fmt::format("{}: YAML nested too deeply (more than {} levels)", where(source_, out.origin),
+                                    kMaxYamlDepth));
+    if (++nodes_ > kMaxYamlNodes)
+      throw ConfigError(fmt::format("{}: {}: the YAML expands to more than {} nodes (aliases of aliases?); "
+                                    "a config needs far fewer",
+                                    where(source_, out.origin), path.empty() ? "config" : path, kMaxYamlNodes));
+    switch (n.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null:
+        out.kind = YNode::Kind::Null;
+        break;
+      case YAML::NodeType::Scalar:
+        out.kind = YNode::Kind::Scalar;
+        out.scalar = n.Scalar();
+        check_utf8(out.scalar, out.origin, path, "value");
+        break;
+      case YAML::NodeType::Sequence: {
+        out.kind = YNode::Kind::Seq;
+        size_t i = 0;
+        for (const auto& c : n) out.children.push_back(convert(c, depth + 1, fmt::format("{}[{}]", path, i++)));
+        break;
+      }
+      case YAML::NodeType::Map:
+        out.kind = YNode::Kind::Map;
+        for (const auto& kv : n) {
+          Origin ko = origin_of(kv.first.Mark(), ov_);
+          if (!kv.first.IsScalar())
+            throw ConfigError(fmt::format("{}: a mapping key must be a plain name", where(source_, ko)));
+          const std::string key = kv.first.Scalar();
+          check_utf8(key, ko, path, "key");
+          const std::string child = path.empty() ? clip(key) : path + "." + clip(key);
+          if (out.find(key) != nullptr)
+            throw ConfigError(fmt::format("{}: duplicate key '{}'", where(source_, ko), clip(key)));
+          out.keys.push_back(key);
+          out.key_origins.push_back(ko);
+          out.children.push_back(convert(kv.second, depth + 1, child));
+        }
+        break;
+    }
+    return out;
+  }
+
+ private:
+  void check_utf8(const std::string& s, const Origin& o, const std::string& path, const char* what) const {
+    const size_t bad = utf8_error_at(s);
+    if (bad == std::string::npos) return;
+    const std::string prefix = clip(s.substr(0, bad), 40);
+    throw ConfigError(fmt::format("{}: {}: the {} is not valid UTF-8: byte 0x{:02X} at byte {} of it{} "
+                                  "(save the file as UTF-8)",
+                                  where(source_, o), path.empty() ? "config" : path, what,
+                                  static_cast<unsigned>(static_cast<unsigned char>(s[bad])), bad,
+                                  prefix.empty() ? std::string() : ", after '" + prefix + "'"));
+  }
+
+  const std::string& source_;
+  const std::string& ov_;
+  size_t& nodes_;
+};
 
 }  // namespace
 
-YNode parse_yaml_tree(const std::string& text, const std::string& source, const std::string& override_text) {
+YNode parse_yaml_tree(const std::string& text, const std::string& source, const std::string& override_text,
+                      size_t* nodes) {
+  const std::string src = source.empty() ? "<config>" : source;
+  const std::string at = override_text.empty() ? src : fmt::format("{}: in --set '{}'", src, clip(override_text));
+  if (text.size() > kMaxConfigBytes)
+    throw ConfigError(fmt::format("{}: the YAML text has {} bytes, more than the limit of {} bytes (1 MiB)", at,
+                                  text.size(), kMaxConfigBytes));
   YAML::Node doc;
   try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    while (parser.HandleNextDocument(counter)) {
+      if (counter.documents >= 2) {
+        if (!override_text.empty())
+          throw ConfigError(fmt::format("{}: the value holds a second YAML document ('---'); give one value", at));
+        throw ConfigError(fmt::format("{}:{}: a second YAML document starts here; a config file holds one "
+                                      "document (remove the '---' and what follows, or merge the two)",
+                                      src, counter.second.line + 1));
+      }
+    }
     doc = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    const std::string src = source.empty() ? "<config>" : source;
-    if (!override_text.empty())
-      throw ConfigError(fmt::format("{}: in --set '{}': invalid YAML value: {}", src, override_text, e.msg));
+    if (!override_text.empty()) throw ConfigError(fmt::format("{}: invalid YAML value: {}", at, e.msg));
     if (e.mark.line >= 0)
       throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: {}", src, e.mark.line + 1, e.mark.column + 1, e.msg));
     throw ConfigError(fmt::format("{}: invalid YAML: {}", src, e.msg));
   }
-  return convert(doc, source, override_text, 0);
+  size_t local = 0;
+  return Converter(source, override_text, nodes != nullptr ? *nodes : local).convert(doc, 0, "");
 }
 
 // ---- overrides ----------------------------------------------------------------
@@ -107,7 +225,7 @@ struct Segment {
 };
 
 [[noreturn]] void bad_override(const std::string& source, const std::string& ov, const std::string& why) {
-  throw ConfigError(fmt::format("{}: in --set '{}': {}", source.empty() ? "<config>" : source, ov, why));
+  throw ConfigError(fmt::format("{}: in --set '{}': {}", source.empty() ? "<config>" : source, clip(ov), why));
 }
 
 std::vector<Segment> parse_path(const std::string& path, const std::string& source, const std::string& ov) {
@@ -115,7 +233,7 @@ std::vector<Segment> parse_path(const std::string& path, const std::string& sour
   size_t i = 0;
   const auto malformed = [&](const std::string& why) {
     bad_override(source, ov, fmt::format("malformed key path '{}': {} (expected e.g. model.layers[0].filters=64)",
-                                         path, why));
+                                         clip(path), why));
   };
   while (true) {
     Segment s;
@@ -150,7 +268,12 @@ const char* kind_name(const YNode& n) {
 
 }  // namespace
 
-void apply_override(YNode& root, const std::string& ov, const std::string& source) {
+void apply_override(YNode& root, const std::string& ov, const std::string& source, size_t* nodes) {
+  if (const size_t bad = utf8_error_at(ov); bad != std::string::npos)
+    throw ConfigError(fmt::format("{}: a --set argument is not valid UTF-8: byte 0x{:02X} at byte {}{}",
+                                  source.empty() ? "<config>" : source,
+                                  static_cast<unsigned>(static_cast<unsigned char>(ov[bad])), bad,
+                                  bad == 0 ? std::string() : ", after '" + clip(ov.substr(0, bad), 40) + "'"));
   const size_t eq = ov.find('=');
   if (eq == std::string::npos) bad_override(source, ov, "expected key.path=value");
   std::string path = ov.substr(0, eq);
@@ -158,7 +281,7 @@ void apply_override(YNode& root, const std::string& ov, const std::string& sourc
   while (!path.empty() && std::isspace(static_cast<unsigned char>(path.front()))) path.erase(path.begin());
   if (path.empty()) bad_override(source, ov, "expected key.path=value (the key path is empty)");
   const std::vector<Segment> segs = parse_path(path, source, ov);
-  YNode value = parse_yaml_tree(ov.substr(eq + 1), source, ov);
+  YNode value = parse_yaml_tree(ov.substr(eq + 1), source, ov, nodes);
 
   Origin here;
   here.override_text = ov;
@@ -171,8 +294,9 @@ void apply_override(YNode& root, const std::string& ov, const std::string& sourc
       cur->origin = here;
     }
     if (!cur->is_map())
-      bad_override(source, ov, fmt::format("'{}' is {}, not a mapping, so it has no key '{}'",
-                                           walked.empty() ? "the top level" : walked, kind_name(*cur), seg.key));
+      bad_override(source, ov,
+                   fmt::format("'{}' is {}, not a mapping, so it has no key '{}'",
+                               walked.empty() ? "the top level" : clip(walked), kind_name(*cur), clip(seg.key)));
     walked += (walked.empty() ? "" : ".") + seg.key;
     YNode* child = cur->find(seg.key);
     if (child == nullptr) {
@@ -185,10 +309,10 @@ void apply_override(YNode& root, const std::string& ov, const std::string& sourc
     cur = child;
     for (size_t idx : seg.indices) {
       if (!cur->is_seq())
-        bad_override(source, ov, fmt::format("'{}' is {}, not a list, so it cannot be indexed with [{}]", walked,
+        bad_override(source, ov, fmt::format("'{}' is {}, not a list, so it cannot be indexed with [{}]", clip(walked),
                                              kind_name(*cur), idx));
       if (idx >= cur->children.size())
-        bad_override(source, ov, fmt::format("index {} out of range: '{}' has {} element{}", idx, walked,
+        bad_override(source, ov, fmt::format("index {} out of range: '{}' has {} element{}", idx, clip(walked),
                                              cur->children.size(), cur->children.size() == 1 ? "" : "s"));
       walked += fmt::format("[{}]", idx);
       cur = &cur->children[idx];
@@ -219,6 +343,7 @@ int edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.size() > 64) return "";  // no valid name is that long; the distance would cost size^2
   std::string best;
   int best_d = 1 << 30;
   for (const auto& c : candidates) {

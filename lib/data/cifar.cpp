@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // CIFAR-10, binary version: records of 3073 bytes (label, then 1024 R, 1024 G,
 // 1024 B bytes, each plane row-major 32x32), converted here to NHWC. Records are
-// counted from the file size, never assumed to be 10,000 per file.
+// counted from the file size, never assumed to be 10,000 per file (but never
+// more than the official 10,000 either).
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
@@ -14,10 +15,18 @@ namespace {
 constexpr int kSide = 32, kPlane = kSide * kSide;
 constexpr int64_t kRecord = 1 + 3 * kPlane;  // 3073
 
-// Appends the records of `file` to `ds` (NHWC).
-void append_batch_file(const std::string& file, Dataset& ds) {
-  const auto b = read_file_bytes(file);
-  const int64_t size = static_cast<int64_t>(b.size());
+/// The official batch files hold 10000 records each; a file may hold fewer
+/// (test subsets), never more (docs/inputs.md).
+constexpr int64_t kMaxRecords = 10000;
+
+[[noreturn]] void too_many(const std::string& file, const std::string& size) {
+  throw DataError(file + ": " + size + " is more than " + std::to_string(kMaxRecords) + " records of " +
+                  std::to_string(kRecord) + " bytes (" + std::to_string(kMaxRecords * kRecord) +
+                  " bytes), the most a CIFAR-10 batch file holds (not a CIFAR-10 batch file?)");
+}
+
+// The size of the content must be whole records, at least one.
+void check_record_size(const std::string& file, int64_t size) {
   if (size == 0) throw DataError(file + ": empty file (0 bytes; records are 3073 bytes each)");
   if (size % kRecord != 0) {
     const int64_t full = size / kRecord;
@@ -26,6 +35,24 @@ void append_batch_file(const std::string& file, Dataset& ds) {
                     " of " + std::to_string(size - full * kRecord) + " bytes at byte offset " +
                     std::to_string(full * kRecord) + " (truncated file?)");
   }
+}
+
+// Appends the records of `file` to `ds` (NHWC). A plain file is judged by its
+// size before it is read; gzip content is inflated up to the most records a
+// file may hold and no further.
+void append_batch_file(const std::string& file, Dataset& ds) {
+  const uint64_t max_bytes = static_cast<uint64_t>(kMaxRecords * kRecord);
+  const FileContent head = read_file_prefix(file, 2);
+  if (!head.gzip) {
+    if (head.disk_size > max_bytes) too_many(file, "its size, " + std::to_string(head.disk_size) + " bytes,");
+    check_record_size(file, static_cast<int64_t>(head.disk_size));
+  }
+  const FileContent c = read_file_prefix(file, max_bytes);
+  if (c.more) too_many(file, "its decompressed content (reading stopped at byte offset " +
+                                 std::to_string(max_bytes) + ")");
+  const auto& b = c.bytes;
+  const int64_t size = static_cast<int64_t>(b.size());
+  check_record_size(file, size);
   const int64_t n = size / kRecord;
   const int64_t base = ds.size();
   ds.labels.resize(static_cast<size_t>(base + n));

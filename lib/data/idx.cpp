@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // MNIST and Fashion-MNIST: the IDX format (big-endian header: magic, then one
 // 32-bit size per dimension, then the uint8 payload), plain or gzip-compressed.
-// Every header field is checked against the file size, as llm.c's dataloader does.
+// Every header field is checked against the file size, as llm.c's dataloader
+// does, before the data is read (docs/inputs.md).
 #include <cstring>
 
 #include "core/error.h"
@@ -57,21 +58,82 @@ std::vector<uint32_t> read_header(const std::vector<uint8_t>& b, const std::stri
   return dims;
 }
 
-// The payload must be exactly `payload` bytes after `header`.
-void check_size(const std::vector<uint8_t>& b, const std::string& file, size_t header, uint64_t payload,
-                uint64_t record_bytes, const std::string& promise) {
+// The content (`size` bytes) must be exactly `payload` bytes after `header`.
+void check_size(uint64_t size, const std::string& file, size_t header, uint64_t payload, uint64_t record_bytes,
+                const std::string& promise) {
   const uint64_t expected = header + payload;
-  if (b.size() < expected) {
-    const uint64_t have = b.size() - header;
+  if (size < expected) {
+    const uint64_t have = size - header;
     throw DataError(file + ": truncated: the header promises " + promise + " (" + std::to_string(expected) +
-                    " bytes in all) but the data ran out at byte offset " + std::to_string(b.size()) + " (record " +
+                    " bytes in all) but the data ran out at byte offset " + std::to_string(size) + " (record " +
                     std::to_string(have / record_bytes) + " incomplete)");
   }
-  if (b.size() > expected) {
-    throw DataError(file + ": " + std::to_string(b.size() - expected) +
-                    " unexpected trailing bytes from byte offset " + std::to_string(expected) +
-                    " (the header promises " + promise + ", " + std::to_string(expected) + " bytes in all)");
+  if (size > expected) {
+    throw DataError(file + ": " + std::to_string(size - expected) + " unexpected trailing bytes from byte offset " +
+                    std::to_string(expected) + " (the header promises " + promise + ", " + std::to_string(expected) +
+                    " bytes in all)");
   }
+}
+
+/// What an IDX header promises: records of `record` bytes after `header` bytes.
+struct Promise {
+  size_t header = 0;
+  uint64_t payload = 0, record = 1;
+  std::string text;  // "60000 images of 28x28"
+};
+
+Promise images_promise(const std::vector<uint32_t>& dims, const std::string& file) {
+  if (dims[1] == 0 || dims[2] == 0 || dims[1] > kMaxSide || dims[2] > kMaxSide) {
+    throw DataError(file + ": implausible image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
+                    " in the header (byte offset 8)");
+  }
+  Promise p;
+  p.header = 16;
+  p.record = uint64_t(dims[1]) * dims[2];
+  p.payload = uint64_t(dims[0]) * p.record;
+  p.text = std::to_string(dims[0]) + " images of " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]);
+  return p;
+}
+
+Promise labels_promise(const std::vector<uint32_t>& dims) {
+  Promise p;
+  p.header = 8;
+  p.payload = dims[0];
+  p.text = std::to_string(dims[0]) + " labels";
+  return p;
+}
+
+// Reads an IDX file bounded by its header: the header first (magic and sizes
+// checked), then the size it promises is compared with the file size (plain)
+// or with what the compressed size can hold (gzip), and only then the data is
+// read, never past the promised end (a gzip bomb stops inflating there).
+std::vector<uint8_t> read_idx_file(const std::string& file, uint32_t magic, const char* what) {
+  const size_t header = 4 + 4 * (magic & 0xff);
+  const FileContent head = read_file_prefix(file, header);
+  const auto dims = read_header(head.bytes, file, magic, what);
+  const Promise p = magic == kImagesMagic ? images_promise(dims, file) : labels_promise(dims);
+  const uint64_t expected = p.header + p.payload;
+  if (expected > kMaxDataFileBytes) {
+    throw DataError(file + ": the header (byte offset 4) promises " + p.text + ", " + std::to_string(expected) +
+                    " bytes in all, more than the limit of " + std::to_string(kMaxDataFileBytes) +
+                    " bytes (4 GiB) per data file (a damaged header?)");
+  }
+  if (!head.gzip) {
+    check_size(head.disk_size, file, p.header, p.payload, p.record, p.text);
+  } else if (expected > kMaxGzipRatio * head.disk_size + 4096) {
+    throw DataError(file + ": the header (byte offset 4) promises " + p.text + ", " + std::to_string(expected) +
+                    " bytes in all, but a gzip file of " + std::to_string(head.disk_size) +
+                    " bytes cannot expand to that much (a damaged header or a truncated download?)");
+  }
+  FileContent c = read_file_prefix(file, expected);
+  if (c.more) {
+    throw DataError(file + ": more data than the header promises: the " + (c.gzip ? "decompressed " : "") +
+                    "content goes on past byte offset " + std::to_string(expected) + ", where the " + p.text +
+                    " end (reading stopped there" + (c.gzip ? "; a gzip bomb, or a header that does not match" : "") +
+                    ")");
+  }
+  check_size(c.bytes.size(), file, p.header, p.payload, p.record, p.text);
+  return std::move(c.bytes);
 }
 
 // "<folder>/<name>" or "<folder>/<name>.gz", whichever exists (the plain file first).
@@ -89,13 +151,8 @@ std::string find_idx(DatasetName dataset, const std::string& folder, const std::
 void parse_idx_images(const std::vector<uint8_t>& b, const std::string& file, int64_t& n, int& rows, int& cols,
                       std::vector<uint8_t>& images) {
   const auto dims = read_header(b, file, kImagesMagic, "IDX images: ubyte, 3 dimensions");
-  if (dims[1] == 0 || dims[2] == 0 || dims[1] > kMaxSide || dims[2] > kMaxSide) {
-    throw DataError(file + ": implausible image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
-                    " in the header (byte offset 8)");
-  }
-  const uint64_t per = uint64_t(dims[1]) * dims[2];
-  check_size(b, file, 16, uint64_t(dims[0]) * per, per,
-             std::to_string(dims[0]) + " images of " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]));
+  const Promise p = images_promise(dims, file);
+  check_size(b.size(), file, p.header, p.payload, p.record, p.text);
   n = dims[0];
   rows = static_cast<int>(dims[1]);
   cols = static_cast<int>(dims[2]);
@@ -105,7 +162,8 @@ void parse_idx_images(const std::vector<uint8_t>& b, const std::string& file, in
 void parse_idx_labels(const std::vector<uint8_t>& b, const std::string& file, int64_t& n,
                       std::vector<int32_t>& labels) {
   const auto dims = read_header(b, file, kLabelsMagic, "IDX labels: ubyte, 1 dimension");
-  check_size(b, file, 8, dims[0], 1, std::to_string(dims[0]) + " labels");
+  const Promise p = labels_promise(dims);
+  check_size(b.size(), file, p.header, p.payload, p.record, p.text);
   n = dims[0];
   labels.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -129,11 +187,11 @@ Dataset load_idx_dataset(DatasetName dataset, const std::string& folder, Split s
   ds.num_classes = 10;
   int64_t n_img = 0, n_lbl = 0;
   {
-    const auto bytes = read_file_bytes(img_file);
+    const auto bytes = read_idx_file(img_file, kImagesMagic, "IDX images: ubyte, 3 dimensions");
     parse_idx_images(bytes, img_file, n_img, ds.H, ds.W, ds.images);
   }
   {
-    const auto bytes = read_file_bytes(lbl_file);
+    const auto bytes = read_idx_file(lbl_file, kLabelsMagic, "IDX labels: ubyte, 1 dimension");
     parse_idx_labels(bytes, lbl_file, n_lbl, ds.labels);
   }
   if (n_img != n_lbl) {

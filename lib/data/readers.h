@@ -11,9 +11,28 @@
 
 namespace mpx::data {
 
-/// Reads a whole file, transparently gunzipping .gz content (zlib's gzread also
-/// passes plain files through). Throws DataError naming the file.
-std::vector<uint8_t> read_file_bytes(const std::string& path);
+/// No data file's content (decompressed) may exceed this: 4 GiB, far above the
+/// largest file of the formats mpx reads (docs/inputs.md).
+constexpr uint64_t kMaxDataFileBytes = uint64_t{1} << 32;
+/// Deflate cannot expand data by more than about 1032:1; a gzip file whose
+/// header promises more than this many times its size cannot hold it.
+constexpr uint64_t kMaxGzipRatio = 1032;
+
+/// The first bytes of a file's content.
+struct FileContent {
+  std::vector<uint8_t> bytes;
+  bool more = false;       // content continues past `bytes`
+  bool gzip = false;       // the file is gzip (the bytes are the inflated content)
+  uint64_t disk_size = 0;  // the file's size on disk (0 when not a regular file)
+};
+
+/// Reads at most `limit` bytes of `path`'s content, gunzipping gzip files (one
+/// or more whole members, found by their magic bytes; anything else after the
+/// last member is an error); nothing past `limit` + 1 is read or inflated.
+/// Throws DataError naming the file (and the byte offset, for corrupt gzip).
+FileContent read_file_prefix(const std::string& path, uint64_t limit);
+/// The whole content of `path`; more than `max_bytes` is a DataError naming the file.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes = kMaxDataFileBytes);
 
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);

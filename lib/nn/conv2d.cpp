@@ -29,8 +29,8 @@ class Conv2d : public Layer {
       same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
       same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
     }
-    const int P = p_.out_h(H), Q = p_.out_w(W);
-    if (P <= 0 || Q <= 0)
+    const int P = p_.out_h(H), Q = p_.out_w(W);  // compare sizes first: the formula truncates toward zero
+    if (H + p_.pad_top + p_.pad_bottom < p_.R || W + p_.pad_left + p_.pad_right < p_.S || P <= 0 || Q <= 0)
       throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
                                     in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, K};

@@ -30,10 +30,13 @@ class Pool : public Layer {
       same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
       same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
     }
+    // The window must fit the (padded) input: with strides above 1 the output
+    // size formula truncates toward zero and would give 1 for a window that
+    // hangs past the input, so the sizes are compared first.
     const int P = p_.out_h(H), Q = p_.out_w(W);
-    if (P <= 0 || Q <= 0)
-      throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} pool window", where(cfg), in.str(), p_.R,
-                                    p_.S));
+    if (H + p_.pad_top + p_.pad_bottom < p_.R || W + p_.pad_left + p_.pad_right < p_.S || P <= 0 || Q <= 0)
+      throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} pool window with padding {}", where(cfg),
+                                    in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, in[2]};
     y_ = c.plan(t, out_shape_, name() + " output", true);
   }

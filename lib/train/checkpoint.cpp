@@ -191,11 +191,14 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  // Read piece by piece, each piece's size checked against the file size
+  // before it is allocated: a damaged length field cannot ask for more memory
+  // than the file holds.
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError("cannot open checkpoint '" + path + "': " + std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const uint64_t size = bytes.size();
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) throw DataError("cannot read checkpoint '" + path + "': " + ec.message());
   auto corrupt = [&](uint64_t offset, const std::string& what) {
     return DataError(fmt::format("checkpoint '{}' is corrupt at byte offset {}: {} (the file is damaged; "
                                  "use another checkpoint, e.g. best.ckpt, or start a new run)",
@@ -206,16 +209,26 @@ Checkpoint load_checkpoint(const std::string& path) {
                                  "(an interrupted copy? use another checkpoint, e.g. best.ckpt)",
                                  path, size, what, need));
   };
+  auto read_at = [&](uint64_t offset, void* dst, uint64_t n) {
+    in.seekg(static_cast<std::streamoff>(offset));
+    if (n > 0 && !in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n)))
+      throw DataError(fmt::format("cannot read checkpoint '{}' at byte offset {}: {}", path, offset,
+                                  errno ? std::strerror(errno) : "the file changed while it was read"));
+  };
   if (size < 16) throw truncated(16, "the fixed header");
-  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
-    throw corrupt(0, "no MPXCKPT magic (not an mpx checkpoint)");
-  const uint32_t version = get_u32(p + 8);
+  unsigned char fixed[16];
+  read_at(0, fixed, 16);
+  if (std::memcmp(fixed, kMagic, sizeof kMagic) != 0) throw corrupt(0, "no MPXCKPT magic (not an mpx checkpoint)");
+  const uint32_t version = get_u32(fixed + 8);
   if (version != kCheckpointVersion)
     throw corrupt(8, fmt::format("format version {} (this mpx reads version {})", version, kCheckpointVersion));
-  const uint64_t hlen = get_u32(p + 12);
-  if (size < 20 + hlen) throw truncated(20 + hlen, "the header");
-  const std::string text = bytes.substr(16, hlen);
-  const uint32_t stored_crc = get_u32(p + 16 + hlen);
+  const uint64_t hlen = get_u32(fixed + 12);
+  if (size < 20 + hlen) throw truncated(20 + hlen, fmt::format("the header (length {} at byte offset 12)", hlen));
+  std::string text(hlen, '\0');
+  read_at(16, text.data(), hlen);
+  unsigned char crc_bytes[4];
+  read_at(16 + hlen, crc_bytes, 4);
+  const uint32_t stored_crc = get_u32(crc_bytes);
   if (crc32_of(text.data(), text.size()) != stored_crc)
     throw corrupt(16, fmt::format("the header (bytes 16..{}) fails its CRC32 check", 16 + hlen));
 
@@ -239,6 +252,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     else if (h.epoch_count < 0 || h.epoch_correct < 0 || h.epoch_skipped < 0) bad = "negative epoch sums";
     if (bad) throw corrupt(16, fmt::format("the header holds {}", bad));
   }
+  if (!j.contains("sections")) throw corrupt(16, "the header does not list the sections (master, state, opt1..optN)");
   const json& secs = j.at("sections");
   if (!secs.is_array() || secs.size() < 2 || secs.size() > 64)
     throw corrupt(16, "the header does not list the sections (master, state, opt1..optN)");
@@ -249,30 +263,40 @@ Checkpoint load_checkpoint(const std::string& path) {
     dst.push_back(&c.opt[i]);
     names.push_back("opt" + std::to_string(i + 1));
   }
+  // The section table first, all of it checked against the file size; then the data.
+  std::vector<uint64_t> counts(dst.size());
+  std::vector<uint32_t> crcs(dst.size());
   uint64_t off = 20 + hlen;
   for (size_t i = 0; i < dst.size(); ++i) {
     const json& s = secs[i];
     uint64_t count = 0, soff = 0;
-    uint32_t crc = 0;
     try {
       if (s.at("name").get<std::string>() != names[i]) throw corrupt(16, "unexpected section order");
       count = s.at("count").get<uint64_t>();
       soff = s.at("offset").get<uint64_t>();
-      crc = s.at("crc32").get<uint32_t>();
+      crcs[i] = s.at("crc32").get<uint32_t>();
     } catch (const json::exception& e) {
       throw corrupt(16, std::string("unreadable section table: ") + e.what());
     }
     if (soff != off) throw corrupt(16, fmt::format("section '{}' at offset {}, expected {}", names[i], soff, off));
-    const uint64_t nbytes = count * sizeof(float);
-    if (count > size || off + nbytes > size)
-      throw truncated(off + nbytes, fmt::format("section '{}' (offset {}, {} float32)", names[i], off, count));
-    if (crc32_of(p + off, nbytes) != crc)
-      throw corrupt(off, fmt::format("section '{}' (bytes {}..{}) fails its CRC32 check", names[i], off, off + nbytes));
-    dst[i]->resize(count);
-    if (nbytes > 0) std::memcpy(dst[i]->data(), p + off, nbytes);
-    off += nbytes;
+    if (count > size / sizeof(float) || off + count * sizeof(float) > size) {
+      const uint64_t room = (std::numeric_limits<uint64_t>::max() - off) / sizeof(float);
+      throw truncated(count <= room ? off + count * sizeof(float) : std::numeric_limits<uint64_t>::max(),
+                      fmt::format("section '{}' (offset {}, {} float32)", names[i], off, count));
+    }
+    counts[i] = count;
+    off += count * sizeof(float);
   }
   if (off != size) throw corrupt(off, fmt::format("{} unexpected bytes after the last section", size - off));
+  off = 20 + hlen;
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const uint64_t nbytes = counts[i] * sizeof(float);
+    dst[i]->resize(counts[i]);
+    read_at(off, dst[i]->data(), nbytes);
+    if (crc32_of(dst[i]->data(), nbytes) != crcs[i])
+      throw corrupt(off, fmt::format("section '{}' (bytes {}..{}) fails its CRC32 check", names[i], off, off + nbytes));
+    off += nbytes;
+  }
   if (static_cast<int64_t>(c.master.size()) != c.header.num_params ||
       static_cast<int64_t>(c.state.size()) != c.header.num_state)
     throw corrupt(16, "section sizes disagree with num_params/num_state");

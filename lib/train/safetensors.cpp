@@ -9,10 +9,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -142,37 +143,49 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 // ---- reader ---------------------------------------------------------------------
 
-StFile parse_safetensors(const std::string& bytes, const std::string& source) {
-  if (bytes.size() < 8)
-    bad(source, fmt::format("the file has {} bytes, fewer than the 8-byte header length", bytes.size()));
+namespace {
+
+/// A validated header: the metadata and the tensors in data order, tiling the
+/// `data_size` bytes of the data section exactly.
+struct Header {
+  std::map<std::string, std::string> metadata;
+  std::vector<Entry> entries;  // sorted by offset
+};
+
+/// The 8-byte length prefix, checked against the file size before anything is allocated.
+uint64_t header_length(const unsigned char* p8, uint64_t file_size, const std::string& source) {
+  if (file_size < 8)
+    bad(source, fmt::format("the file has {} bytes, fewer than the 8-byte header length", file_size));
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
-  const uint64_t rest = bytes.size() - 8;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | p8[i];
+  const uint64_t rest = file_size - 8;
   if (n > rest)
     bad(source, fmt::format("the header length {} is larger than the rest of the file ({} bytes): truncated or not "
                             "a safetensors file",
                             n, rest));
   if (n > kMaxHeader) bad(source, fmt::format("the header length {} exceeds the limit of {} bytes", n, kMaxHeader));
   if (n < 2) bad(source, fmt::format("the header length {} is too small for a JSON object", n));
+  return n;
+}
 
+Header parse_header(const char* text, uint64_t n, uint64_t data_size, const std::string& source) {
   nlohmann::ordered_json h;
   try {
-    h = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    h = nlohmann::ordered_json::parse(text, text + n);
   } catch (const nlohmann::json::exception& e) {
     bad(source, fmt::format("the header is not valid JSON ({})", e.what()));
   }
   if (!h.is_object()) bad(source, "the header is not a JSON object");
 
-  const uint64_t data_size = rest - n;
-  StFile f;
-  std::vector<Entry> entries;
+  Header out;
+  std::vector<Entry>& entries = out.entries;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") {
       if (!it.value().is_object()) bad(source, "__metadata__ is not an object of strings");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         if (!m.value().is_string())
           bad(source, fmt::format("__metadata__ value of '{}' is not a string: {}", m.key(), m.value().dump()));
-        f.metadata[m.key()] = m.value().get<std::string>();
+        out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
@@ -180,24 +193,22 @@ StFile parse_safetensors(const std::string& bytes, const std::string& source) {
   }
 
   // The tensors must tile the data section: sorted by begin, each starts where the last ended.
-  std::vector<const Entry*> order;
-  for (const Entry& e : entries) order.push_back(&e);
-  std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   uint64_t pos = 0;
   const Entry* prev = nullptr;
-  for (const Entry* e : order) {
-    if (e->begin < pos)
-      bad_tensor(source, e->name,
-                 fmt::format("data_offsets [{}, {}] overlap those of tensor '{}' [{}, {}]", e->begin, e->end,
+  for (const Entry& e : entries) {
+    if (e.begin < pos)
+      bad_tensor(source, e.name,
+                 fmt::format("data_offsets [{}, {}] overlap those of tensor '{}' [{}, {}]", e.begin, e.end,
                              prev->name, prev->begin, prev->end));
-    if (e->begin > pos)
-      bad_tensor(source, e->name,
-                 fmt::format("data_offsets [{}, {}] leave bytes [{}, {}) of the data section unused{}", e->begin,
-                             e->end, pos, e->begin, prev ? " after tensor '" + prev->name + "'" : std::string()));
-    pos = e->end;
-    prev = e;
+    if (e.begin > pos)
+      bad_tensor(source, e.name,
+                 fmt::format("data_offsets [{}, {}] leave bytes [{}, {}) of the data section unused{}", e.begin,
+                             e.end, pos, e.begin, prev ? " after tensor '" + prev->name + "'" : std::string()));
+    pos = e.end;
+    prev = &e;
   }
   if (pos != data_size) {
     if (prev == nullptr)
@@ -207,27 +218,65 @@ StFile parse_safetensors(const std::string& bytes, const std::string& source) {
                            "ends there): the header does not cover the data",
                            data_size, pos));
   }
+  return out;
+}
 
+StTensor tensor_of(const Entry& e) {
+  StTensor t;
+  t.name = e.name;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  return t;
+}
+
+}  // namespace
+
+StFile parse_safetensors(const std::string& bytes, const std::string& source) {
+  const uint64_t n = header_length(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), source);
+  Header h = parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, source);
+  StFile f;
+  f.metadata = std::move(h.metadata);
   const size_t base = 8 + static_cast<size_t>(n);
-  for (const Entry* e : order) {
-    StTensor t;
-    t.name = e->name;
-    t.dtype = e->dtype;
-    t.shape = e->shape;
-    t.bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(base + e->begin),
-                   bytes.begin() + static_cast<std::ptrdiff_t>(base + e->end));
+  for (const Entry& e : h.entries) {
+    StTensor t = tensor_of(e);
+    t.bytes.assign(bytes.begin() + static_cast<std::ptrdiff_t>(base + e.begin),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(base + e.end));
     f.tensors.push_back(std::move(t));
   }
   return f;
 }
 
 StFile read_safetensors(const std::string& path) {
+  // The header is read and validated against the file size first; the tensor
+  // data (which the validated offsets tile exactly) only then, tensor by tensor.
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw ConfigError(fmt::format("{}: cannot read weights file: not a regular file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open weights file: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read weights file: {}", path, std::strerror(errno)));
-  return parse_safetensors(ss.str(), path);
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw ConfigError(fmt::format("{}: cannot read weights file: {}", path, ec.message()));
+  const auto read_at = [&](uint64_t offset, void* dst, uint64_t count) {
+    in.seekg(static_cast<std::streamoff>(offset));
+    if (count > 0 && !in.read(static_cast<char*>(dst), static_cast<std::streamsize>(count)))
+      throw ConfigError(fmt::format("{}: cannot read weights file at byte offset {}: {}", path, offset,
+                                    errno ? std::strerror(errno) : "the file changed while it was read"));
+  };
+  unsigned char prefix[8] = {};
+  read_at(0, prefix, std::min<uint64_t>(size, 8));
+  const uint64_t n = header_length(prefix, size, path);
+  std::string text(static_cast<size_t>(n), '\0');
+  read_at(8, text.data(), n);
+  Header h = parse_header(text.data(), n, size - 8 - n, path);
+  StFile f;
+  f.metadata = std::move(h.metadata);
+  for (const Entry& e : h.entries) {
+    StTensor t = tensor_of(e);
+    t.bytes.resize(static_cast<size_t>(e.end - e.begin));
+    read_at(8 + n + e.begin, t.bytes.data(), t.bytes.size());
+    f.tensors.push_back(std::move(t));
+  }
+  return f;
 }
 
 // ---- writer ---------------------------------------------------------------------
