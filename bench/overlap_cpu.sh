@@ -15,7 +15,7 @@ BUCKETS=${5:-64,256,1024}
 command -v mpirun >/dev/null || { echo "overlap_cpu.sh: mpirun not found (apt-get install openmpi-bin)" >&2; exit 2; }
 [ -f "$BUILD/CMakeCache.txt" ] || { echo "overlap_cpu.sh: $BUILD is not a configured build directory" >&2; exit 2; }
 make -C "$BUILD" -j2 overlap_cpu_bench >/dev/null
-BIN="$BUILD/tests/overlap_cpu_bench"
+BIN="$BUILD/bench/overlap_cpu_bench"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun --allow-run-as-root --oversubscribe --bind-to core -np 2 -x OMP_NUM_THREADS -x OMP_WAIT_POLICY \
   "$BIN" "$CONFIG" "$BATCH" "$STEPS" "$BUCKETS"

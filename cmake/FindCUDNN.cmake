@@ -1,7 +1,13 @@
 # SPDX-License-Identifier: MIT
 # Finds cuDNN: CUDNN_INCLUDE_DIR, CUDNN_LIBRARY, CUDNN_VERSION and the IMPORTED
-# target CUDNN::cudnn. Hints: CUDNN_PATH (cache or environment), the CUDA toolkit.
-set(_cudnn_hints ${CUDNN_PATH} $ENV{CUDNN_PATH} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR} /usr/local/cuda)
+# target CUDNN::cudnn. Searched first in CUDNN_ROOT / CUDNN_PATH (cache or
+# environment), then next to the CUDA toolkit that find_package(CUDAToolkit)
+# found, then in the system paths.
+set(_cudnn_hints ${CUDNN_PATH} $ENV{CUDNN_PATH} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+if(CUDAToolkit_BIN_DIR)
+  get_filename_component(_cudnn_toolkit_root "${CUDAToolkit_BIN_DIR}" DIRECTORY)
+  list(APPEND _cudnn_hints ${_cudnn_toolkit_root})
+endif()
 
 find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${_cudnn_hints} PATH_SUFFIXES include targets/x86_64-linux/include)
 find_library(CUDNN_LIBRARY NAMES cudnn HINTS ${_cudnn_hints} PATH_SUFFIXES lib64 lib lib/x64 targets/x86_64-linux/lib)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Prepares what a GPU lease carries (see scripts/gpu_check.sh): builds build-gpu
-# for Hopper only (-DCMAKE_CUDA_ARCHITECTURES=90), copies the non-system shared
+# with the cuda preset for Hopper only (-DCMAKE_CUDA_ARCHITECTURES=90), copies the non-system shared
 # libraries the binaries need (yaml-cpp, spdlog, fmt, oneDNN, ...: what `ldd`
 # resolves under /usr/lib or /lib that a base Ubuntu image with CUDA and PyTorch
 # lacks) into build-gpu/lib, the MNIST mirror into build-gpu/data-mirror, strips
@@ -17,12 +17,12 @@ JOBS=${JOBS:-1}
 LIMIT_MIB=${LIMIT_MIB:-60}   # leave room for the working tree in the 64 MiB carry
 MIRROR=${MPX_DATA_MIRROR:-../shared/data}
 
-args=(-DCMAKE_BUILD_TYPE=Release -DMPX_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+args=(--preset cuda -B "$BUILD_DIR" -DCMAKE_CUDA_ARCHITECTURES=90)
 if command -v ccache >/dev/null 2>&1; then
   args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 echo "== configure $BUILD_DIR"
-cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
+cmake "${args[@]}" >/dev/null
 echo "== build mpx and mpx_cuda_tests (-j$JOBS)"
 cmake --build "$BUILD_DIR" --target mpx mpx_cuda_tests -j"$JOBS"
 

@@ -5,11 +5,8 @@
 // rounding; optimizer steps against hand-computed values; validation errors.
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <limits>
 #include <sstream>
 
@@ -767,81 +764,6 @@ TEST_CASE("backend supports() answers for every op and dtype") {
   REQUIRE(d.be->supports(Op::SoftmaxCrossEntropy, DType::F32));
   REQUIRE_FALSE(d.be->supports(Op::SoftmaxCrossEntropy, DType::F16));
   REQUIRE(d.be->info().name == "cpu");
-}
-
-// ---- timing (hidden: run with `test_backend [.bench]`) ------------------------------------------
-
-namespace {
-// Milliseconds per call. MPX_BENCH_CPU_TIME=1 reports process CPU time instead of wall time
-// (on a shared, loaded machine: run with OMP_NUM_THREADS=1 to get the compute cost).
-template <typename F>
-double time_ms(F&& f, int reps) {
-  f();  // plan creation and scratch growth happen here, not in the timed loop
-  static const bool cpu = std::getenv("MPX_BENCH_CPU_TIME") != nullptr;
-  auto now = [] {
-    if (cpu) {
-      timespec ts;
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-      return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-    }
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
-  const double t0 = now();
-  for (int i = 0; i < reps; ++i) f();
-  return (now() - t0) / reps;
-}
-
-void bench_conv(Dev& d, const char* name, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
-                const Conv2dParams& p, bool need_dx, int reps) {
-  Rng rng(5);
-  const int64_t P = p.out_h(static_cast<int>(H)), Q = p.out_w(static_cast<int>(W));
-  Tensor x = d.rand(rng, t, Shape{N, H, W, C}, nullptr);
-  Tensor w = d.rand(rng, t, Shape{K, p.R, p.S, C}, nullptr);
-  Tensor b = d.rand(rng, DType::F32, Shape{K}, nullptr);
-  Tensor y = d.make(t, Shape{N, P, Q, K});
-  Tensor dy = d.rand(rng, t, Shape{N, P, Q, K}, nullptr);
-  Tensor dx = d.make(t, Shape{N, H, W, C});
-  Tensor dw = d.make(DType::F32, Shape{K, p.R, p.S, C}), db = d.make(DType::F32, Shape{K});
-  const double f = time_ms([&] { d.be->conv2d_forward(p, x, w, b, y, Activation::Relu); }, reps);
-  const double bd = need_dx ? time_ms([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, reps) : 0.0;
-  const double bf = time_ms([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, reps);
-  std::printf("%-34s %-8s fwd %8.2f ms  bwd-data %8.2f ms  bwd-filter %8.2f ms  total %8.2f ms\n", name,
-              dtype_name(t), f, bd, bf, f + bd + bf);
-}
-}  // namespace
-
-TEST_CASE("backend timing of the smoke and CIFAR reference nets", "[.bench]") {
-  Dev d;
-  Conv2dParams valid3;
-  valid3.R = valid3.S = 3;
-  Conv2dParams same3 = valid3;
-  same3.pad_top = same3.pad_left = same3.pad_bottom = same3.pad_right = 1;
-  for (DType t : {DType::F32, DType::BF16}) {
-    bench_conv(d, "smoke conv 28x28x1->32 b128", t, 128, 28, 28, 1, 32, valid3, false, 20);
-    bench_conv(d, "cifar conv1 32x32x3->64 b256", t, 256, 32, 32, 3, 64, same3, false, 3);
-    bench_conv(d, "cifar conv2 32x32x64->128 b256", t, 256, 32, 32, 64, 128, same3, true, 3);
-  }
-  // The rest of the smoke step: max pool 2x2, dense 5408->10, loss, Adam over the arena.
-  Rng rng(6);
-  Tensor a = d.rand(rng, DType::F32, Shape{128, 26, 26, 32}, nullptr);
-  Tensor pooled = d.make(DType::F32, Shape{128, 13, 13, 32});
-  Tensor da = d.make(DType::F32, Shape{128, 26, 26, 32});
-  PoolParams pp;
-  const double pf = time_ms([&] { d.be->pool_forward(pp, a, pooled); }, 20);
-  const double pb = time_ms([&] { d.be->pool_backward(pp, a, pooled, pooled, da); }, 20);
-  Tensor w = d.rand(rng, DType::F32, Shape{10, 5408}, nullptr);
-  Tensor z = d.make(DType::F32, Shape{128, 10});
-  Tensor dz = d.rand(rng, DType::F32, Shape{128, 10}, nullptr);
-  Tensor dw = d.make(DType::F32, Shape{10, 5408}), db = d.make(DType::F32, Shape{10});
-  Tensor dp = d.make(DType::F32, Shape{128, 5408});
-  const double df = time_ms([&] { d.be->dense_forward(pooled, w, db, z, Activation::None); }, 20);
-  const double dbd = time_ms([&] { d.be->dense_backward_data(dz, w, dp); }, 20);
-  const double dbw = time_ms([&] { d.be->dense_backward_weights(pooled, dz, dw, db); }, 20);
-  std::printf("smoke maxpool fwd %.2f ms bwd %.2f ms; dense 5408->10 fwd %.2f bwd-data %.2f bwd-weights %.2f ms\n",
-              pf, pb, df, dbd, dbw);
-  Tensor relu_y = d.make(DType::F32, a.shape);
-  const double rb = time_ms([&] { d.be->activation_backward(Activation::Relu, a, a, relu_y); }, 20);
-  std::printf("relu backward [128,26,26,32] %.2f ms\n", rb);
 }
 
 TEST_CASE("backend max pooling, non-overlapping windows (the fast path): uncovered rows/columns, many channels",

@@ -9,11 +9,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -231,83 +228,4 @@ TEST_CASE("backend batch norm: repeated steps allocate nothing more", "[backend]
   REQUIRE(d.be->memory_stats().current_bytes == after_first);
   check_backward(d, l);
   check_backward(d, l2);
-}
-
-namespace {
-/// The fastest of `reps` calls (the machines are shared: the minimum is the least noisy).
-double time_ms(const std::function<void()>& f, int reps) {
-  f();  // plan creation and scratch growth outside the timing
-  double best = 1e300;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-}  // namespace
-
-// Run twice to compare oneDNN with the loops: ./test_backend_bn "[.bnbench]" and
-// MPX_CPU_REFERENCE=1 ./test_backend_bn "[.bnbench]".
-TEST_CASE("backend batch norm timing on CIFAR-like shapes", "[.bnbench]") {
-  Dev d;
-  Rng rng(9);
-  const Shape shapes[] = {Shape{256, 32, 32, 16}, Shape{256, 16, 16, 32}, Shape{256, 8, 8, 64},
-                          Shape{256, 32, 32, 64}, Shape{256, 32, 32, 128}, Shape{256, 256},
-                          Shape{32, 32, 32, 4}, Shape{32, 16, 16, 8}, Shape{256, 32, 32, 10}};
-  for (DType t : {DType::F32, DType::BF16}) {
-    for (const Shape& s : shapes) {
-      BnLayer l = make_layer(d, rng, t, s, -1.0, 1.0);
-      Tensor yi = d.make(t, s);
-      const int reps = s.numel() > (1 << 22) ? 5 : 20;
-      const double f = time_ms(
-          [&] {
-            d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 0.99f, 1e-3f, l.rm, l.rv, l.sm, l.si, l.y);
-          },
-          reps);
-      const double i = time_ms([&] { d.be->batch_norm_forward_inference(l.x, l.gamma, l.beta, l.rm, l.rv, 1e-3f, yi); },
-                               reps);
-      const double b =
-          time_ms([&] { d.be->batch_norm_backward(l.x, l.dy, l.gamma, l.sm, l.si, l.dx, l.dg, l.db); }, reps);
-      std::printf("bn %-18s %-8s min: train-fwd %8.3f ms  infer %8.3f ms  bwd %8.3f ms\n", shape_str(s).c_str(),
-                  dtype_name(t), f, i, b);
-      d.bufs.clear();
-    }
-  }
-}
-
-namespace {
-/// Largest |got - want| / max|want| over the tensor.
-double max_err(const std::vector<float>& got, const Vec& want) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    e = std::max(e, std::fabs(static_cast<double>(got[i]) - want[i]));
-    m = std::max(m, std::fabs(want[i]));
-  }
-  return m > 0 ? e / m : e;
-}
-}  // namespace
-
-// Prints the errors against the float64 reference on training-sized shapes (float32 sums
-// over up to 262144 rows): ./test_backend_bn "[.bnprecision]", with and without MPX_CPU_REFERENCE=1.
-TEST_CASE("backend batch norm precision on training-sized shapes", "[.bnprecision]") {
-  const Shape shapes[] = {Shape{256, 32, 32, 16}, Shape{256, 16, 16, 32}, Shape{256, 8, 8, 64},
-                          Shape{256, 32, 32, 10}, Shape{256, 256}, Shape{65536, 10}};
-  for (double offset : {0.0, 3.0}) {
-    for (const Shape& s : shapes) {
-      Dev d;
-      Rng rng(10);
-      BnLayer l = make_layer(d, rng, DType::F32, s, -1.0, 1.0, offset);
-      d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 0.99f, 1e-3f, l.rm, l.rv, l.sm, l.si, l.y);
-      d.be->batch_norm_backward(l.x, l.dy, l.gamma, l.sm, l.si, l.dx, l.dg, l.db);
-      const ref::BnForward r =
-          ref::batch_norm_forward_training(l.M, l.C, widen(l.xv), widen(l.gv), widen(l.bv), 1e-3);
-      const ref::BnBackward rb =
-          ref::batch_norm_backward(l.M, l.C, widen(l.xv), widen(l.dyv), widen(l.gv), r.mean, r.invstd);
-      std::printf("bn %-16s offset %.0f  mean %.1e invstd %.1e y %.1e | dgamma %.1e dbeta %.1e dx %.1e\n",
-                  shape_str(s).c_str(), offset, max_err(d.get(l.sm), r.mean), max_err(d.get(l.si), r.invstd),
-                  max_err(d.get(l.y), r.y), max_err(d.get(l.dg), rb.dgamma), max_err(d.get(l.db), rb.dbeta),
-                  max_err(d.get(l.dx), rb.dx));
-    }
-  }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Catch2 entry point shared by every test executable. Installs a spdlog sink
 // that turns an unexpected warning or error into a test failure (tiny-cuda-nn's
-// tcnn_test_setup); a test that expects warnings uses support::ExpectLogs.
+// tcnn_test_setup); a test that expects warnings uses support::ExpectLogs. Exits 77
+// (CTest: skipped) when every test case that ran was skipped (support/skip.h).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <spdlog/sinks/base_sink.h>
@@ -10,6 +11,7 @@
 #include <mutex>
 
 #include "support/log_capture.h"
+#include "support/skip.h"
 
 namespace support {
 
@@ -45,5 +47,5 @@ int main(int argc, char* argv[]) {
   auto logger = std::make_shared<spdlog::logger>("mpx_test", sink);
   logger->set_level(spdlog::level::info);
   spdlog::set_default_logger(logger);
-  return Catch::Session().run(argc, argv);
+  return support::exit_code_with_skips(Catch::Session().run(argc, argv));
 }
