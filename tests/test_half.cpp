@@ -391,7 +391,7 @@ std::vector<uint8_t> make_source(DType t, size_t n, uint64_t seed) {
     std::vector<float> v = random_values(n, seed);
     const std::vector<float> e = edge_values();
     for (size_t i = 0; i < n && i < e.size(); ++i) v[(i * 7919) % n] = e[i];
-    std::memcpy(buf.data(), v.data(), buf.size());
+    if (n > 0) std::memcpy(buf.data(), v.data(), buf.size());  // memcpy from an empty vector's null is UB
   } else {
     Rng rng(seed);
     auto* p = reinterpret_cast<uint16_t*>(buf.data());
