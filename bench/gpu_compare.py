@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""mpx vs PyTorch on the GPU, side by side in one run (issue 4's benchmark).
+"""mpx vs PyTorch on the GPU, side by side in one run (the GPU benchmark).
 
 For the reference CIFAR net (configs/cifar10_fp32.yaml) and the CIFAR ResNet
 (configs/cifar10_resnet.yaml) at batch 512, under float32 / mixed_float16 /

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Overlap of the gradient all-reduce with backward on the CPU path (issue 5:
-# "measure whether it pays on the CPU path before keeping it there"): 2 MPI ranks,
+# Overlap of the gradient all-reduce with backward on the CPU path (does it pay
+# there?): 2 MPI ranks,
 # one per core (OMP_NUM_THREADS=1), the model of a config with random data, one
 # blocking all-reduce after backward vs bucketed MPI_Iallreduce started during it.
 #   bench/overlap_cpu.sh [BUILD_DIR] [CONFIG] [BATCH_PER_RANK] [STEPS] [BUCKET_KIB,...]

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The CPU backend's dense, elementwise and pooling ops on their oneDNN paths (issue 2):
+// The CPU backend's dense, elementwise and pooling ops on their oneDNN paths:
 // shapes the other backend tests leave out (odd sizes, no bias, batch 1, the smoke and
 // CIFAR shapes, padded windows with stride != size, global pooling over 1x1 and large
 // windows), all three float dtypes, in-place aliasing, plan reuse across calls and shapes,

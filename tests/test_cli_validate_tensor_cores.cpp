@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// `mpx validate` on a GPU config prints the Tensor Core warnings (issue 4); device
+// `mpx validate` on a GPU config prints the Tensor Core warnings; device
 // cpu does not. Runs without a GPU: device cuda is not opened by validate, which
 // then checks the shapes only (compute capability unknown).
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// tensor_core_warnings() (`mpx validate` on a GPU config, issue 4): 16-bit conv2d /
+// tensor_core_warnings() (`mpx validate` on a GPU config): 16-bit conv2d /
 // dense layers whose channels, units or batch are not multiples of 8, the first
 // conv on RGB input called expected, float32 layers (policy or per-layer dtype)
 // never reported, and the GPU generation (no Tensor Cores below cc 7.0, no bfloat16

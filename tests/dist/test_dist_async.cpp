@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The asynchronous gradient all-reduce of lib/dist (Communicator::start_all_reduce_sum
-// / wait, issue 5) on 2 MPI ranks: the test re-runs this executable under mpirun
+// / wait) on 2 MPI ranks: the test re-runs this executable under mpirun
 // with the hidden tag [.rank]; each rank then checks exact sums with several buckets
 // in flight at once, waited in another order, mixed with blocking collectives, and
 // bucketed (hook + GradBuckets) against one blocking all-reduce of a real Model's

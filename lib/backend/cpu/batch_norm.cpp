@@ -8,7 +8,7 @@
 // no JIT kernel (on AVX2: C not a multiple of 4), where they are 3-4x faster than its
 // plain C++ one. oneDNN sums in float32: at training sizes (2^18 rows per channel) the
 // statistics and gradients are ~1e-5 off the float64 reference where the loops are
-// ~1e-7 off (tests/test_backend_bn.cpp "[.bnprecision]").
+// ~1e-7 off (bench/batch_norm_bench precision).
 #include <omp.h>
 
 #include <cmath>

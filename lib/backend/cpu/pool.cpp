@@ -7,7 +7,7 @@
 // plan per shape; global average pooling backward stays a broadcast loop (faster).
 // Average pooling backward measured 1.3-1.6x the time of our loop (2x2/2 on
 // [256, 26, 26, 32]: ~12 ms vs ~8-9.5 ms, 2 threads); no config uses average pooling,
-// and the issue asks for oneDNN, so it is the default (MPX_CPU_REFERENCE=1: the loop). Max
+// and oneDNN is the project's choice for CPU primitives, so it is the default (MPX_CPU_REFERENCE=1: the loop). Max
 // pooling stays ours: oneDNN 2.6's max pooling drops NaN (a window holding NaN yields
 // the largest other value, and dy goes there) and yields -FLT_MAX for a window of
 // -inf, while the backend's rule is "first maximum, NaN wins" (backend.h) so that
