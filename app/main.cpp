@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The `mpx` entry point: wires the sub-commands together (one file each),
 // sets up console logging and the SIGINT/SIGTERM handlers, and turns every
-// failure into one message and the exit code of DESIGN.md, in one place.
+// failure into one message and the exit code of docs/design.md, in one place.
 #include <mpx/config.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>

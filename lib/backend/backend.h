@@ -125,7 +125,19 @@ struct DeviceInfo {
   std::string description;  // "AMD EPYC (2 threads, avx2 f16c)" / "NVIDIA H200, cc 9.0, 141 GiB"
   bool native_bf16 = false;     // bf16 math faster than f32 (AMX-BF16 CPU, cc >= 8.0 GPU)
   bool native_f16 = false;      // f16 math faster than f32 (Tensor Cores, cc >= 7.0)
-  int compute_capability = 0;   // GPUs: 10*major+minor; 0 on the CPU
+  int compute_capability = 0;   // GPUs: 10*major+minor; 0 on the CPU (or a GPU not visible here)
+
+  /// The one statement of what a GPU can do, read by policy `auto`, `mpx validate`'s
+  /// Tensor Core warnings and the CUDA backend's supports(): float16 Tensor Cores from
+  /// compute capability 7.0, bfloat16 ones (and cuDNN/cuBLASLt bfloat16 kernels) from 8.0.
+  static DeviceInfo with_cc(int cc) {
+    DeviceInfo d;
+    d.compute_capability = cc;
+    return d;
+  }
+  bool known_gpu() const { return compute_capability > 0; }
+  bool f16_tensor_cores() const { return compute_capability >= 70; }
+  bool bf16_tensor_cores() const { return compute_capability >= 80; }
 };
 
 /// Operation groups for supports() (ggml's supports_op): callers and tests ask before dispatching.
@@ -262,7 +274,7 @@ class Backend {
   /// min/max/mean|x|/inf/nan/zero counts of any float tensor (synchronous).
   TensorStats stats(const Tensor& x);
 
-  // ---- the step without host synchronisation (DESIGN.md "One training step") ----
+  // ---- the step without host synchronisation (docs/design.md "One training step") ----
   // The loss scale, the finiteness verdict, Adam's t and the metrics of the log window
   // live in a StepState in device memory; the host reads it back (download) only every
   // log_every steps. Each op below is the twin of the host-driven op named in its

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The error types of mpx. Each carries the process exit code of DESIGN.md so
+// The error types of mpx. Each carries the process exit code of docs/design.md so
 // that app/main.cpp reports every failure in one place with the right code.
 #pragma once
 

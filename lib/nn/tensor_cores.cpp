@@ -43,14 +43,15 @@ std::vector<std::string> tensor_core_warnings(const Model& model, int64_t batch_
                               ? fmt::format("policy {}", policy_name(policy))
                               : fmt::format("{} layer{} computing in 16 bits (e.g. '{}')", half.size(),
                                             half.size() == 1 ? "" : "s", half.front()->name);
-  if (cc > 0 && cc < 70) {
+  const DeviceInfo gpu = DeviceInfo::with_cc(cc);
+  if (gpu.known_gpu() && !gpu.f16_tensor_cores()) {
     out.push_back(fmt::format(
         "{}: the GPU (compute capability {}.{}) has no Tensor Cores (they need 7.0 or newer): 16-bit layers run no "
         "faster than float32 there and pay the casts; use policy: float32 (what policy: auto picks on this GPU)",
         who, cc / 10, cc % 10));
     return out;
   }
-  const bool no_bf16_cores = cc > 0 && cc < 80 && any_bf16;
+  const bool no_bf16_cores = gpu.known_gpu() && !gpu.bf16_tensor_cores() && any_bf16;
   if (no_bf16_cores)
     out.push_back(fmt::format(
         "{}: the GPU (compute capability {}.{}) has no bfloat16 Tensor Cores (they need 8.0 or newer): bfloat16 "

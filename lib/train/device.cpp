@@ -56,14 +56,14 @@ Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
     say(fmt::format("policy {} (set in the config)", policy_name(p)));
     return p;
   }
-  if (dev.compute_capability > 0) {
+  if (dev.known_gpu()) {
     const int cc = dev.compute_capability;
-    if (cc >= 80) {
+    if (dev.bf16_tensor_cores()) {
       say(fmt::format("policy auto -> mixed_bfloat16: {} has compute capability {}.{} (native bfloat16 Tensor Cores)",
                       dev.name, cc / 10, cc % 10));
       return Policy::MixedBFloat16;
     }
-    if (cc >= 70) {
+    if (dev.f16_tensor_cores()) {
       say(fmt::format("policy auto -> mixed_float16: {} has compute capability {}.{} (float16 Tensor Cores, "
                       "no bfloat16)",
                       dev.name, cc / 10, cc % 10));

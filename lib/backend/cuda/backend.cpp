@@ -51,7 +51,7 @@ bool CudaBackend::supports(Op op, DType t) const {
     case Op::Conv2d:
     case Op::Dense:
       // cuDNN and cuBLASLt have bfloat16 kernels from Ampere (cc 8.0) on.
-      if (t == DType::BF16) return ctx_->compute_capability() >= 80;
+      if (t == DType::BF16) return DeviceInfo::with_cc(ctx_->compute_capability()).bf16_tensor_cores();
       return is_float(t);
     default:
       return is_float(t);  // own kernels: float32, float16 and bfloat16 everywhere
