@@ -125,11 +125,12 @@ constexpr float kGeluTanhCubic = 0.044715f;
 // device: the CPU loops vectorize them (glibc's expf/erfcf are calls, several times slower
 // per element), and both backends evaluate one formula.
 
-/// 2^n for n in [-126, 127].
+/// 2^n for n in [-126, 127]. Other n (from an input the caller masks afterwards, e.g. NaN)
+/// give some float, computed without undefined behaviour: the shift is on the unsigned bits.
 MPX_ACT_FN float pow2i(int32_t n) {
-  const int32_t bits = (n + 127) << 23;
+  const uint32_t bits = static_cast<uint32_t>(n + 127) << 23;
 #if defined(__CUDA_ARCH__)
-  return __int_as_float(bits);
+  return __uint_as_float(bits);
 #else
   float f;
   std::memcpy(&f, &bits, sizeof f);
