@@ -98,7 +98,7 @@ TEST_CASE("config: every key but model.layers and data.dataset has a default", "
   CHECK_FALSE(c.debug.check_numerics);
 }
 
-TEST_CASE("config: the DESIGN.md example loads with its values", "[config]") {
+TEST_CASE("config: the docs/design.md example loads with its values", "[config]") {
   const Config c = parse_config(R"(
 name: cifar10_bf16
 seed: 7

@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/scratch.h"
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,24 +28,9 @@ namespace {
 
 const std::string kShared = MPX_SHARED_DATA;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpx_test_data_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using TempDir = support::ScratchDir;
 
-void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(f.good());
-}
+using support::write_bytes;
 
 void write_gz(const std::string& path, const std::vector<uint8_t>& b) {
   gzFile f = gzopen(path.c_str(), "wb");

@@ -7,6 +7,8 @@
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/scratch.h"
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -20,24 +22,9 @@ using namespace mpx;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpx_test_data_limits_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using TempDir = support::ScratchDir;
 
-void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(f.good());
-}
+using support::write_bytes;
 
 /// One gzip member holding `b` and then `zeros` zero bytes (compressed: a bomb when zeros is large).
 std::vector<uint8_t> gzip_member(const std::vector<uint8_t>& b, uint64_t zeros = 0) {

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/scratch.h"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,17 +18,7 @@ using namespace mpx;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "mpx_test_scripts_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using TempDir = support::ScratchDir;
 
 struct Run {
   int rc;

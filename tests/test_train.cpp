@@ -103,7 +103,7 @@ std::vector<float> gradients(Policy policy, double tiny, double S, const Config&
 
 // ---- device / policy resolution ---------------------------------------------
 
-TEST_CASE("resolve_policy follows the DESIGN.md auto table", "[train][policy]") {
+TEST_CASE("resolve_policy follows the docs/precision.md auto table", "[train][policy]") {
   DeviceInfo gpu;
   gpu.name = "cuda:0";
   std::string why;
