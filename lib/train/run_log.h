@@ -57,6 +57,8 @@ class RunLog {
   /// The step log line (train.log; the console too unless the progress line shows it)
   /// and its metrics.jsonl record.
   void step(const StepRecord& r);
+  /// Whether the live line shows (a terminal, rank 0, not --no-progress).
+  bool progress_on() const { return progress_.on(); }
   /// The live line.
   void progress(const std::string& line) { progress_.show(line); }
   void clear_progress() { progress_.clear(); }

@@ -46,6 +46,7 @@ void TrainRun::log_step(double lr, int64_t epoch_images, double epoch_seconds) {
     win_count_ = win_images_ = 0;
     t_win_ = Clock::now();
   }
+  if (!log_->progress_on()) return;  // no formatting on the step's path without a terminal
   const double l = st_.sums.count ? st_.sums.loss() : std::nan("");
   const double a = st_.sums.count ? st_.sums.accuracy() : std::nan("");
   log_->progress(fmt::format("epoch {}/{} {}/{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s ETA {}",
