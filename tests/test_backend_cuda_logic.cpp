@@ -19,6 +19,7 @@
 #include "backend/cuda/first_that_runs.h"
 #include "backend/versions.h"
 #include "core/activation.h"
+#include "core/dtype.h"
 
 using namespace mpx;
 using namespace mpx::cuda;
@@ -228,4 +229,19 @@ TEST_CASE("library versions: formatting and the warning for an older loaded cuDN
         "(built with 13.1.0), NCCL not built in");
   v.nccl = 22803, v.nccl_built = 22803;
   CHECK(describe_versions(v).find("NCCL 2.28.3 (built with 2.28.3)") != std::string::npos);
+}
+
+TEST_CASE("supports_conv2d: the default answers from supports(Conv2d, dtype), with a reason when not",
+          "[cuda-logic][conv]") {
+  auto cpu = create_backend("cpu");
+  Conv2dParams p;
+  p.R = p.S = 3;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const Support s = cpu->supports_conv2d(p, Shape{4, 8, 8, 3}, Shape{8, 3, 3, 3}, t);
+    CHECK(s.ok);
+    CHECK(s.reason.empty());
+  }
+  const Support no = cpu->supports_conv2d(p, Shape{4, 8, 8, 3}, Shape{8, 3, 3, 3}, DType::I32);
+  CHECK_FALSE(no.ok);
+  CHECK(no.reason == "conv2d has no int32 kernels on cpu");
 }

@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "backend/versions.h"
+#include "config/config.h"
+#include "core/error.h"
 #include "cuda/cuda_compare.h"
+#include "nn/model.h"
 
 using namespace cudatest;
 
@@ -146,4 +149,50 @@ TEST_CASE("cuda: library versions are read from the loaded libraries", "[cuda][v
   CHECK(v.cudnn >= 90000);
   CHECK(v.cublaslt > 0);
   CHECK(v.cudnn_built >= 90000);
+}
+
+TEST_CASE("cuda: a 16-bit model on 3-channel images is built after the probe, or refused at start with the reason",
+          "[cuda][conv][probe][nn]") {
+  Config cfg;
+  LayerConfig conv;
+  conv.type = LayerType::Conv2d;
+  conv.filters = 16;
+  conv.padding = Padding::Same;
+  LayerConfig flat;
+  flat.type = LayerType::Flatten;
+  LayerConfig out;
+  out.type = LayerType::Dense;
+  out.units = 10;
+  cfg.model.layers = {conv, flat, out};
+  for (Policy policy : {Policy::MixedFloat16, Policy::MixedBFloat16}) {
+    const DType t = policy == Policy::MixedFloat16 ? DType::F16 : DType::BF16;
+    INFO(policy_name(policy));
+    const int n = 8;
+    if (!be().gpu->supports(Op::Conv2d, t)) {
+      try {
+        Model m(cfg, policy, *be().gpu, 8, 8, 3, 10, n);
+        FAIL("the model was built on a GPU without " << dtype_name(t) << " convolutions");
+      } catch (const ConfigError& e) {
+        CHECK(std::string(e.what()).find("cannot run this convolution") != std::string::npos);
+      }
+      continue;
+    }
+    Model mc(cfg, policy, *be().cpu, 8, 8, 3, 10, n), mg(cfg, policy, *be().gpu, 8, 8, 3, 10, n);
+    mc.init_params(5);
+    mg.init_params(5);
+    Rng rng(74);
+    Dual x = random_dual(rng, DType::F32, Shape{n, 8, 8, 3}, -2.0f, 2.0f);
+    Dual logits = alloc_dual(DType::F32, Shape{n, 10});
+    be().cpu->copy(logits.c, mc.forward_float(x.c, true, 1, 1));
+    be().gpu->copy(logits.g, mg.forward_float(x.g, true, 1, 1));
+    expect_close(logits, 2e-2, "logits through a channel-padded first layer");
+    // The kernel's gradient has the layer's own [16, 3, 3, 3] shape: the padding is cropped away.
+    Dual proj = random_dual(rng, DType::F32, Shape{n, 10});
+    mc.backward(proj.c);
+    mg.backward(proj.g);
+    Dual grads = alloc_dual(DType::F32, Shape{mc.num_params()});
+    be().cpu->copy(grads.c, mc.grads());
+    be().gpu->copy(grads.g, mg.grads());
+    expect_close(grads, 3e-2, "gradients through a channel-padded first layer");
+  }
 }
