@@ -162,7 +162,7 @@ TEST_CASE("cuda: conv2d forward, backward data, backward filter", "[cuda][conv]"
     }
 }
 
-TEST_CASE("cuda: dense forward (bias, relu epilogues), backward data, backward weights", "[cuda][dense]") {
+TEST_CASE("cuda: dense forward (bias epilogue, relu kernel), backward data, backward weights", "[cuda][dense]") {
   Rng rng(5);
   struct D {
     int N, Ci, Co;
