@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/error.h"
 #include "core/format.h"
 #include "report/svg_chart.h"
 #include "report/table.h"
@@ -230,7 +231,11 @@ std::string render_html(const Loaded& loaded, const std::string& title) {
 }
 
 void write_report(const Loaded& loaded, const std::string& title, const std::string& path) {
-  write_file_atomic(path, render_html(loaded, title));
+  try {
+    write_file_atomic(path, render_html(loaded, title));
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("cannot write the report '{}' ({})", path, e.what()));
+  }
 }
 
 }  // namespace mpx::report

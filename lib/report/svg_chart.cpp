@@ -31,7 +31,8 @@ Axis make_axis(double lo, double hi, bool log2) {
     const double pad = std::max(std::fabs(lo) * 0.05, log2 ? 1.0 : 1e-3);
     lo -= pad, hi += pad;
   }
-  ax.lo = lo, ax.hi = hi;
+  const double margin = (hi - lo) * 0.04;  // keep lines off the frame
+  ax.lo = lo - margin, ax.hi = hi + margin;
   return ax;
 }
 
