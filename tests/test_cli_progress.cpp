@@ -81,7 +81,8 @@ TEST_CASE("cli progress: train, eval and compare on a terminal; log lines never 
   const std::string quiet = on_a_terminal(t, "eval --checkpoint run --no-progress", code);
   CHECK(quiet.find("eval 16/") == std::string::npos);
 
-  const std::string cmp = on_a_terminal(t, "compare --config c.yaml --policies float32,mixed_float16 --steps 8 --run-dir cmp", code);
+  const std::string cmp =
+      on_a_terminal(t, "compare --config c.yaml --policies float32,mixed_float16 --steps 8 --run-dir cmp", code);
   REQUIRE(code == 0);
   check_nothing_mid_line(cmp);
 }

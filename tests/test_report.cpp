@@ -53,7 +53,8 @@ std::string metrics(double scale_factor) {
   for (int i = 0; i < 4; ++i) {
     const int step = 2 * (i + 1);
     s += json{{"kind", "step"}, {"step", step}, {"epoch", i / 2 + 1}, {"loss", 2.0 - 0.25 * i},
-              {"accuracy", 0.1 * (i + 1)}, {"learning_rate", 1e-3 * scale_factor}, {"loss_scale", 32768.0 / (1 << skipped[i])},
+              {"accuracy", 0.1 * (i + 1)}, {"learning_rate", 1e-3 * scale_factor},
+              {"loss_scale", 32768.0 / (1 << skipped[i])},
               {"skipped_steps", skipped[i]}, {"images_per_sec", 100.0 + i}, {"memory_bytes", 1000}}
              .dump() + "\n";
     if (i % 2 == 1)
@@ -184,7 +185,9 @@ TEST_CASE("report: the HTML page has every run, every curve and the last points'
   CHECK(rest.find("<link") == std::string::npos);
   const support::HtmlDoc doc = support::parse_html(html);
   const auto by = [&](int root, const std::string& name, const std::string& cls) {
-    return doc.find(root, [&](const support::HtmlElement& e) { return e.name == name && (cls.empty() || e.has_class(cls)); });
+    return doc.find(root, [&](const support::HtmlElement& e) {
+      return e.name == name && (cls.empty() || e.has_class(cls));
+    });
   };
   CHECK(doc.at(by(0, "title", "")[0]).text == "sweep <lr>");
 

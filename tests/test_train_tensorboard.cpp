@@ -54,7 +54,8 @@ std::vector<TbEvent> scalar_events(const fs::path& dir, size_t* files = nullptr)
     CHECK(ev[0].values.empty());
     per_file.push_back(std::move(ev));
   }
-  std::sort(per_file.begin(), per_file.end(), [](const auto& a, const auto& b) { return a[0].wall_time < b[0].wall_time; });
+  std::sort(per_file.begin(), per_file.end(),
+            [](const auto& a, const auto& b) { return a[0].wall_time < b[0].wall_time; });
   if (files) *files = per_file.size();
   std::vector<TbEvent> out;
   for (const auto& ev : per_file) out.insert(out.end(), ev.begin() + 1, ev.end());

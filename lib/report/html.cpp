@@ -123,7 +123,8 @@ std::string runs_table(const std::vector<RunData>& runs) {
       const std::string sort_value = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
       std::string text = html_escape(cell_text(t.columns[j], v));
       if (t.columns[j].key == "run") text = fmt::format("<a href=\"#run-{}\">{}</a>", i, text);
-      if (t.columns[j].key == "status") text = fmt::format("<span class=\"status {}\">{}</span>", html_escape(v.get<std::string>()), text);
+      if (t.columns[j].key == "status")
+        text = fmt::format("<span class=\"status {}\">{}</span>", html_escape(sort_value), text);
       o += fmt::format("<td data-v=\"{}\">{}</td>", html_escape(sort_value), text);
     }
     o += "</tr>\n";
@@ -133,13 +134,20 @@ std::string runs_table(const std::vector<RunData>& runs) {
 
 const char* kStyle = R"(body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}.table-wrap{overflow-x:auto}h2{font-size:18px;margin-top:32px}
-table.runs{border-collapse:collapse;font-size:13px}table.runs th,table.runs td{border:1px solid #ccc;padding:3px 6px;text-align:left}
-table.runs th{background:#f0f0f4;cursor:pointer}table.runs th[data-dir=asc]::after{content:" \25B2"}table.runs th[data-dir=desc]::after{content:" \25BC"}
-.charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:0;border:1px solid #ddd;padding:6px}figcaption{font-weight:600;font-size:13px}
+table.runs{border-collapse:collapse;font-size:13px}
+table.runs th,table.runs td{border:1px solid #ccc;padding:3px 6px;text-align:left}
+table.runs th{background:#f0f0f4;cursor:pointer}
+table.runs th[data-dir=asc]::after{content:" \25B2"}table.runs th[data-dir=desc]::after{content:" \25BC"}
+.charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:0;border:1px solid #ddd;padding:6px}
+figcaption{font-weight:600;font-size:13px}
 .tick{font-size:10px;fill:#555}.axis-label{font-size:11px;fill:#333}.no-data{color:#999;width:560px}
-dl.summary{display:grid;grid-template-columns:repeat(auto-fill,minmax(220px,1fr));gap:4px 16px}dl.summary dt{font-size:12px;color:#666}dl.summary dd{margin:0}
-.status{font-weight:600}.status.completed{color:#1a7f37}.status.diverged,.status.failed,.status.unreadable{color:#c00}.status.interrupted,.status.running,.status.incomplete{color:#b36b00}
-.legend span{margin-right:14px}.swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
+dl.summary{display:grid;grid-template-columns:repeat(auto-fill,minmax(220px,1fr));gap:4px 16px}
+dl.summary dt{font-size:12px;color:#666}dl.summary dd{margin:0}
+.status{font-weight:600}.status.completed{color:#1a7f37}
+.status.diverged,.status.failed,.status.unreadable{color:#c00}
+.status.interrupted,.status.running,.status.incomplete{color:#b36b00}
+.legend span{margin-right:14px}
+.swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
 .message{white-space:pre-wrap;background:#fff4f4;padding:4px 8px}pre{background:#f6f6f8;padding:8px;overflow:auto}
 )";
 
@@ -169,9 +177,11 @@ const char* kScript = R"(
   if (location.hash === '#selftest') {
     var boxes = Array.prototype.map.call(document.querySelectorAll('svg.plot rect.area'), function (r) {
       var b = r.getBoundingClientRect();
-      return [Math.round(b.left + window.scrollX), Math.round(b.top + window.scrollY), Math.round(b.width), Math.round(b.height)];
+      return [Math.round(b.left + window.scrollX), Math.round(b.top + window.scrollY),
+              Math.round(b.width), Math.round(b.height)];
     });
-    console.log('mpx-selftest ' + JSON.stringify({plots: boxes, width: document.documentElement.scrollWidth, height: document.documentElement.scrollHeight}));
+    var page = document.documentElement;
+    console.log('mpx-selftest ' + JSON.stringify({plots: boxes, width: page.scrollWidth, height: page.scrollHeight}));
   }
 })();
 )";

@@ -129,7 +129,8 @@ std::string svg_chart(const ChartSpec& spec, const std::vector<ChartSeries>& ser
     o += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>", s.color, poly);
     if (pts.size() <= 60)
       for (const auto& p : pts)
-        o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {} at {}</title></circle>",
+        o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\">"
+                         "<title>{}: {} at {}</title></circle>",
                          ax.map(p.first, pl, pr), ay.map(p.second, pb, pt), s.color, html_escape(s.run),
                          num(p.second), num(p.first));
     for (size_t i = 0; i < s.marks.size(); ++i) {

@@ -59,7 +59,8 @@ EvalResult evaluate_from(const Config& cfg, const std::string& weights, const st
   return evaluate_model(s.backend(), *model, bb, s.test_data(), nullptr, [&](int64_t done, int64_t total) {
     if (!line.on()) return;  // no formatting without a terminal
     const double secs = seconds_since(t0);
-    line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, secs > 0 ? static_cast<double>(done) / secs : 0.0));
+    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
+    line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, rate));
   });
 }
 

@@ -57,7 +57,8 @@ void TensorBoardLog::record(const nlohmann::json& rec) {
     const auto acc = rec.find("test_accuracy");
     if (acc == rec.end() || acc->is_null()) return;  // not evaluated this epoch
     EventFileWriter& v = writer(validation_, "validation");
-    v.write_scalars(epoch, {{"epoch_loss", value_of(rec, "test_loss")}, {"epoch_accuracy", value_of(rec, "test_accuracy")}});
+    v.write_scalars(epoch, {{"epoch_loss", value_of(rec, "test_loss")},  //
+                            {"epoch_accuracy", value_of(rec, "test_accuracy")}});
     // Keras' evaluation curves against the training step.
     v.write_scalars(int_of(rec, "step"), {{"evaluation_loss_vs_iterations", value_of(rec, "test_loss")},
                                           {"evaluation_accuracy_vs_iterations", value_of(rec, "test_accuracy")}});

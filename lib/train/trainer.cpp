@@ -203,7 +203,8 @@ void TrainRun::log_plan() {
     spdlog::info("data parallel: {} records per rank of each global batch of {}; one all-reduce ({}) of {} of "
                  "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
                  "are checkpointed); test evaluation sharded over the ranks",
-                 local_batch_, c.data.batch_size, engine_->sync().path(), format_bytes(static_cast<size_t>(model.num_params()) * 4));
+                 local_batch_, c.data.batch_size, engine_->sync().path(),
+                 format_bytes(static_cast<size_t>(model.num_params()) * 4));
     if (!engine_->sync().overlap_description().empty())
       spdlog::info("data parallel: {}", engine_->sync().overlap_description());
   }
