@@ -85,13 +85,13 @@ stage_probe() {
     fi
   done
   if command -v nvidia-smi >/dev/null 2>&1; then
-    step "nvidia-smi" 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    info_step "nvidia-smi" 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
   else
     note "nvidia-smi: not installed"
     jline name=nvidia-smi status=missing
   fi
   if command -v python3 >/dev/null 2>&1; then
-    step "PyTorch and its CUDA libraries" 90 python3 -c 'import json, torch; print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))'
+    info_step "PyTorch and its CUDA libraries" 90 python3 -c 'import json, torch; print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))'
     [[ $STEP_RC -eq 0 ]] && jline name=torch_versions value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
   fi
   local d lib where libs=()
@@ -117,7 +117,17 @@ stage_probe() {
   fi
   step "mpx devices --json" 60 "$MPX" devices --json
   [[ $STEP_RC -eq 0 ]] && jline name=devices value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
-  step "mpx_cuda_tests --list-test-names-only" 30 "$TESTS" --list-test-names-only
+  # Catch2 exits with the number of test cases listed: the list itself is the verdict.
+  say "mpx_cuda_tests --list-test-names-only"
+  local n_cases
+  timeout -k 5 30 "$TESTS" --list-test-names-only >>"$LOG" 2>&1
+  n_cases=$(timeout -k 5 30 "$TESTS" --list-test-names-only 2>/dev/null | grep -c '^\(cuda\|nccl\):')
+  note "$n_cases CUDA test cases"
+  jline name="CUDA test cases" value="$n_cases"
+  if ((n_cases == 0)); then
+    note "gpu_check: mpx_cuda_tests lists no test case"
+    FAILED+=("mpx_cuda_tests lists no test case")
+  fi
   if ! has_gpu; then
     note "gpu_check: no GPU here: the probe above is all that runs; stopping (exit 77)"
     jline name=gpu status=no_gpu
@@ -125,16 +135,30 @@ stage_probe() {
   fi
 }
 
-# Cheap to expensive: plain kernels, fused passes, library calls, graphs, NCCL, trainings.
+# Cheap to expensive: plain kernels, fused passes, cuDNN/cuBLASLt ops, graphs, NCCL, trainings
+# (the first pattern that matches wins).
 case_rank() {
   case $1 in
-    *"device info"* | *"fill and copy"* | *casts* | *normalize_input* | *"stats ("*) echo 0 ;;
-    *relu* | *pool* | *softmax* | *dropout* | *unscale* | *optimizer* | *loss_scale* | *"staged upload"*) echo 1 ;;
-    *conv2d* | *dense* | *"batch norm"* | *activation* | *"small model"*) echo 2 ;;
-    *graph* | *Graph*) echo 3 ;;
+    *"batch norm"*) echo 2 ;;
+    *training* | *train.sync*) echo 5 ;;
     nccl:*) echo 4 ;;
-    *) echo 5 ;;
+    *graph* | *Graph* | *captured*) echo 3 ;;
+    *conv2d* | *dense* | *activation* | *"small model"*) echo 2 ;;
+    *"device info"* | *"fill and copy"* | *casts* | *normalize_input* | *"stats ("*) echo 0 ;;
+    *) echo 1 ;;
   esac
+}
+
+# The Catch2 test spec that selects exactly the test case named $1: its commas, brackets,
+# quotes and backslashes escaped.
+case_spec() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//,/\\,}
+  s=${s//[/\\[}
+  s=${s//]/\\]}
+  s=${s//\"/\\\"}
+  printf '%s' "$s"
 }
 
 stage_tests() {
@@ -150,14 +174,13 @@ stage_tests() {
     [[ -z $name ]] && continue
     rank=$(case_rank "$name")
     limit=${MPX_CASE_TIMEOUT_S:-$((rank >= 4 ? 150 : 90))}
-    # A quoted test spec: commas and brackets in the name are literal.
-    step "case: $name" "$limit" "$TESTS" "\"$name\"" --durations yes
+    step "case: $name" "$limit" "$TESTS" "$(case_spec "$name")" --durations yes
     [[ $STEP_RC -ne 0 && $STEP_RC -ne 77 && $STEP_RC -ne 125 ]] && failed_cases+=("$name")
   done <<<"$ordered"
   if ((${#failed_cases[@]} > 0)) && command -v compute-sanitizer >/dev/null 2>&1; then
     for name in "${failed_cases[@]:0:2}"; do
       step "compute-sanitizer memcheck: $name" 150 env MPX_TEST_CUDA_WORKSPACE_MB=32 \
-        compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no "$TESTS" "\"$name\""
+        compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no "$TESTS" "$(case_spec "$name")"
     done
   fi
 }

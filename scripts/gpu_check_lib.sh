@@ -75,11 +75,16 @@ step() {
     124 | 137) status=timeout ;;
     *) status=failed ;;
   esac
+  [[ -n ${INFO_ONLY:-} && $status == failed ]] && status=unavailable
   note "-- $name: $status (rc $STEP_RC, ${secs} s)"
   jline name="$name" status=$status rc=$STEP_RC seconds=$secs
-  [[ $status == failed || $status == timeout ]] && FAILED+=("$name")
+  [[ ($status == failed || $status == timeout) && -z ${INFO_ONLY:-} ]] && FAILED+=("$name")
   return "$STEP_RC"
 }
+
+# info_step NAME LIMIT_S CMD...: a step whose failure is reported but fails nothing (what the
+# probe asks of tools the machine may lack: nvidia-smi, PyTorch).
+info_step() { INFO_ONLY=1 step "$@"; }
 
 # unpack_libs BUILD_DIR: the carried shared libraries (BUILD_DIR/lib/*.so*, the *.xz ones
 # unpacked) in a new temporary folder, whose name it prints (for LD_LIBRARY_PATH).
