@@ -23,7 +23,8 @@
 # Each stage appends to $OUT (else gpu-check-out/) as it goes: gpu_check.log (all output)
 # and results.jsonl (one JSON object per step), so a call that times out keeps everything
 # before it. Exit 0 when every step passed, 1 when one failed, 77 when there is no GPU.
-# MPX_STAGE_BUDGET_S overrides every stage's budget.
+# MPX_STAGE_BUDGET_S overrides every stage's budget; MPX_CALL_BUDGET_S (default 540) bounds
+# the whole invocation, so `probe tests train` in one device call ends inside its 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_check_lib.sh
@@ -43,6 +44,8 @@ mkdir -p "$OUT_DIR"
 LOG="$OUT_DIR/gpu_check.log"
 JSONL="$OUT_DIR/results.jsonl"
 FAILED=()
+SECONDS=0
+CALL_BUDGET=${MPX_CALL_BUDGET_S:-540}
 STAGE=""
 CARRIED_LIBS=""
 RUNS=$(mktemp -d /tmp/mpx-gpu-check.XXXXXX)

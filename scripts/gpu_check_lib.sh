@@ -4,7 +4,7 @@
 # writers, steps with a time limit inside a stage budget, the library path of a
 # carried build. docs/gpu.md "The staged GPU check" says how the stages use them.
 
-# Set by gpu_check.sh: OUT_DIR, LOG, JSONL, STAGE, STAGE_T0, STAGE_BUDGET, FAILED.
+# Set by gpu_check.sh: OUT_DIR, LOG, JSONL, STAGE, STAGE_T0, STAGE_BUDGET, CALL_BUDGET, FAILED.
 # shellcheck disable=SC2034  # STEP_RC, STEP_OUT and FAILED are read by the caller
 
 say() { echo "== $*" | tee -a "$LOG"; }
@@ -39,8 +39,11 @@ jline() {
   echo "$out}" >>"$JSONL"
 }
 
-# Seconds left in this stage's budget.
-budget_left() { echo $((STAGE_BUDGET - (SECONDS - STAGE_T0))); }
+# Seconds left: the smaller of what this stage's budget and the whole call's budget have left.
+budget_left() {
+  local in_stage=$((STAGE_BUDGET - (SECONDS - STAGE_T0))) in_call=$((CALL_BUDGET - SECONDS))
+  echo $((in_stage < in_call ? in_stage : in_call))
+}
 
 # step NAME LIMIT_S CMD...: runs CMD with a time limit (shortened to what the stage budget has
 # left; not run at all under 10 s), output to the log, one JSON line with rc and seconds.
@@ -52,8 +55,8 @@ step() {
   local left
   left=$(budget_left)
   if ((left < 10)); then
-    note "-- $name: not run, the stage budget of ${STAGE_BUDGET} s is spent"
-    jline name="$name" status=not_run reason="stage budget spent"
+    note "-- $name: not run, the budget is spent (stage ${STAGE_BUDGET} s, call ${CALL_BUDGET} s)"
+    jline name="$name" status=not_run reason="budget spent"
     STEP_RC=125
     STEP_OUT=""
     return 125

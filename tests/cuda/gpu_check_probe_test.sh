@@ -39,4 +39,24 @@ rc=$?
 [[ $rc -eq 77 ]] || fail "stage tests exited $rc without a GPU, not 77"
 tail -2 "$out/results.jsonl" | grep -q '"stage":"tests","time":"[^"]*","name":"tests","status":"no_gpu"' ||
   fail "stage tests did not record no_gpu"
-echo "gpu_check probe: stopped with no GPU as expected"
+# A step that hangs is cut at what the stage's budget has left, recorded as a timeout, and the
+# steps after it are recorded as not run; the log and the JSON lines keep everything.
+(
+  # shellcheck source=scripts/gpu_check_lib.sh
+  source "$src/scripts/gpu_check_lib.sh"
+  LOG=$out/budget.log JSONL=$out/budget.jsonl STAGE=tests FAILED=()
+  SECONDS=0 STAGE_T0=0 STAGE_BUDGET=12 CALL_BUDGET=540
+  step "first" 60 true
+  step "hangs" 60 sleep 100
+  step "after" 60 true
+  [[ ${#FAILED[@]} -eq 1 && ${FAILED[0]} == hangs ]] || exit 1
+  ((SECONDS < 20)) || exit 2
+) >/dev/null || fail "budget: the subshell exited $?"
+# shellcheck disable=SC2031  # $out is set above; the library's own `out` is a local of jline
+python3 - "$out/budget.jsonl" <<'PY' || fail "budget.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["name"], r["status"]) for r in rows] == [("first", "passed"), ("hangs", "timeout"), ("after", "not_run")], rows
+assert rows[1]["rc"] == 124 and rows[1]["seconds"] <= 13, rows[1]
+PY
+echo "gpu_check probe: stopped with no GPU as expected; a hanging step ends at the budget"
