@@ -12,7 +12,7 @@
 #           stops with "no GPU" (exit 77) where there is none
 #   tests   (480 s) every CUDA test case in its own process with its own time limit,
 #           cheap to expensive; compute-sanitizer reruns only the first failing cases
-#   train   (420 s) 20 steps on synthetic data under each policy, with and without
+#   train   (420 s) 20 steps of the smoke net on synthetic data under each policy, with and without
 #           train.cuda_graph (the summary of each run goes into results.jsonl)
 #   bench   (540 s, a call of its own) mpx bench with and without the graph, then
 #           bench/gpu_compare.py (mpx against PyTorch AMP)
@@ -195,7 +195,7 @@ stage_train() {
   for policy in float32 mixed_float16 mixed_bfloat16; do
     for graph in false true; do
       run="$RUNS/train-$policy-graph-$graph"
-      step "train 20 steps $policy cuda_graph=$graph" 60 "$MPX" train --config configs/cifar10_bf16.yaml \
+      step "train 20 steps $policy cuda_graph=$graph" 60 "$MPX" train --config configs/mnist_smoke.yaml \
         --run-dir "$run" --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
         --set train.max_steps=20 --set train.log_every=5 --set train.cuda_graph=$graph
       if [[ -f $run/summary.json ]]; then
@@ -206,7 +206,7 @@ stage_train() {
          [[ -z ${SANITIZED_TRAIN:-} ]]; then
         SANITIZED_TRAIN=1
         step "compute-sanitizer memcheck: 3 steps $policy cuda_graph=$graph" 150 compute-sanitizer --tool memcheck \
-          --error-exitcode 9 --leak-check no "$MPX" train --config configs/cifar10_bf16.yaml --run-dir "$run-sanitizer" \
+          --error-exitcode 9 --leak-check no "$MPX" train --config configs/mnist_smoke.yaml --run-dir "$run-sanitizer" \
           --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
           --set train.max_steps=3 --set train.log_every=1 --set train.cuda_graph=$graph --set cuda.workspace_mb=32
       fi
