@@ -85,8 +85,19 @@ class NcclCommunicator final : public Communicator {
       if (s.done) cudaEventDestroy(s.done);
     }
     if (comm_) {
-      const ncclResult_t r = ncclCommDestroy(comm_);
-      if (r != ncclSuccess && r != ncclInProgress) spdlog::warn("ncclCommDestroy: {}", ncclGetErrorString(r));
+      // A non-blocking communicator is finalized (polled until done) before it is destroyed;
+      // one that cannot finish is aborted. Destructors only log.
+      try {
+        wait_nccl(comm_, ncclCommFinalize(comm_), "ncclCommFinalize");
+      } catch (const std::exception& e) {
+        spdlog::warn("{}", e.what());
+        if (comm_) ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
+      if (comm_) {
+        const ncclResult_t r = ncclCommDestroy(comm_);
+        if (r != ncclSuccess) spdlog::warn("ncclCommDestroy: {}", ncclGetErrorString(r));
+      }
     }
     if (stream_) cudaStreamDestroy(stream_);
   }
