@@ -78,7 +78,7 @@ for pkg in $DEV_PKGS $dnnl_dev; do
   dpkg -L "$pkg" 2>/dev/null | while read -r f; do
     case "$f" in
       /usr/include/* | */cmake/* | */pkgconfig/*) ;;
-      /usr/lib/*.so) ;;
+      /usr/lib/*.so | /usr/lib/*.a) ;;  # link names; Catch2's main library is static
       *) continue ;;
     esac
     [[ -f $f || -L $f ]] || continue
