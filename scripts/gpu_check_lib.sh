@@ -65,9 +65,9 @@ step() {
   say "$name (limit ${limit} s)"
   local t0=$SECONDS tmp
   tmp=$(mktemp)
-  timeout -k 5 "$limit" "$@" >"$tmp" 2>&1
-  STEP_RC=$?
-  cat "$tmp" >>"$LOG"
+  # Into the log as it comes, so a call killed mid-step still brings back what the step printed.
+  timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$LOG" >"$tmp"
+  STEP_RC=${PIPESTATUS[0]}
   STEP_OUT=$(tail -c 4000 "$tmp")
   tail -n 15 "$tmp"
   rm -f "$tmp"
@@ -80,7 +80,7 @@ step() {
   esac
   [[ -n ${INFO_ONLY:-} && $status == failed ]] && status=unavailable
   note "-- $name: $status (rc $STEP_RC, ${secs} s)"
-  jline name="$name" status=$status rc=$STEP_RC seconds=$secs
+  jline name="$name" status="$status" rc="$STEP_RC" seconds="$secs"
   [[ ($status == failed || $status == timeout) && -z ${INFO_ONLY:-} ]] && FAILED+=("$name")
   return "$STEP_RC"
 }
