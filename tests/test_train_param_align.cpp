@@ -7,18 +7,23 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "config/config.h"
 #include "core/error.h"
 #include "nn/model.h"
 #include "support/gradcheck.h"
+#include "support/run_files.h"
 #include "support/scratch.h"
+#include "support/train_options.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_layout.h"
 #include "train/train_state.h"
+#include "train/trainer.h"
 
 using namespace mpx;
 using support::conv_layer;
@@ -174,4 +179,54 @@ TEST_CASE("a packed checkpoint of another model is refused, naming both counts",
   ck.state.assign(10, 0.0f);
   CHECK_THROWS_WITH(in_model_layout(ck, m, "x.ckpt", "odd"),
                     Catch::Contains("holds 215 parameters") && Catch::Contains("has 216 parameters"));
+}
+
+TEST_CASE("--resume from a packed checkpoint (format version 1) continues exactly as from the aligned one",
+          "[param_align][checkpoint][resume]") {
+  const std::string yaml =
+      "name: align\nseed: 3\ndevice: cpu\npolicy: mixed_bfloat16\n"
+      "data: {dataset: synthetic, batch_size: 16, synthetic_train: 64, synthetic_test: 16}\n"
+      "optimizer: {name: adam}\ntrain: {epochs: 2}\n"
+      "model:\n  layers:\n"
+      "    - {type: conv2d, filters: 5, kernel: 3, activation: relu}\n"
+      "    - {type: batch_norm}\n"
+      "    - {type: global_avg_pool}\n"
+      "    - {type: dense, units: 10, activation: softmax, dtype: float32}\n";
+  const std::filesystem::path d = support::temp_dir("mpx_test_param_align", "resume");
+  const Config first = parse_config(yaml, "align.yaml", {"train.max_steps=3"});
+  REQUIRE(train(first, support::options(d / "a")).status == "completed");
+  const std::string v2_path = (d / "a" / "checkpoints" / "last.ckpt").string();
+  const Checkpoint v2 = load_checkpoint(v2_path);
+  REQUIRE(v2.header.param_align == Model::param_alignment());
+  REQUIRE(v2.opt.size() == 2);
+
+  // The same checkpoint as a version 1 writer would have written it: every arena packed.
+  auto be = create_backend("cpu");
+  const Config full = parse_config(yaml, "align.yaml");
+  Model m(full, Policy::MixedBFloat16, *be, 28, 28, 1, 10, 16);
+  Checkpoint v1 = v2;
+  v1.master = packed(m, v2.master, true);
+  v1.state = packed(m, v2.state, false);
+  for (auto& o : v1.opt) o = packed(m, o, true);
+  v1.header.param_align = 1;
+  v1.header.num_params = static_cast<int64_t>(v1.master.size());
+  v1.header.num_state = static_cast<int64_t>(v1.state.size());
+  CHECK(v1.header.num_params < v2.header.num_params);
+  const std::string v1_path = (d / "v1.ckpt").string();
+  save_checkpoint(v1_path, v1);
+
+  const TrainResult from2 = train(full, support::options(d / "b", v2_path));
+  const TrainResult from1 = train(full, support::options(d / "c", v1_path));
+  REQUIRE(from2.status == "completed");
+  REQUIRE(from1.status == "completed");
+  CHECK(from1.steps == from2.steps);
+  CHECK(from1.final_train_loss == from2.final_train_loss);
+  CHECK(from1.final_test_accuracy == from2.final_test_accuracy);
+  const Checkpoint end2 = load_checkpoint((d / "b" / "checkpoints" / "last.ckpt").string());
+  const Checkpoint end1 = load_checkpoint((d / "c" / "checkpoints" / "last.ckpt").string());
+  CHECK(end1.master == end2.master);
+  CHECK(end1.state == end2.state);
+  CHECK(end1.opt == end2.opt);
+  CHECK(end1.header.param_align == Model::param_alignment());  // saved again as version 2
+  std::filesystem::remove_all(d);
 }
