@@ -17,8 +17,8 @@
 #   bench   (540 s, a call of its own) mpx bench with and without the graph, then
 #           bench/gpu_compare.py (mpx against PyTorch AMP)
 #   build   (540 s) the fallback: configure and build mpx there with its CMake and nvcc
-#           from the carried prefix of the non-CUDA dependencies (then rerun with
-#           --build build-gpu-local)
+#           from the carried prefix of the non-CUDA dependencies; in the same call,
+#           then: scripts/gpu_check.sh --build build-gpu-local probe tests
 #
 # Each stage appends to $OUT (else gpu-check-out/) as it goes: gpu_check.log (all output)
 # and results.jsonl (one JSON object per step), so a call that times out keeps everything
@@ -115,7 +115,7 @@ stage_probe() {
     jline name=binary_starts value=true
   else
     note "gpu_check: the carried mpx does NOT start here (above). Fallback: scripts/gpu_check.sh build, then"
-    note "           scripts/gpu_check.sh --build build-gpu-local probe tests train"
+    note "           scripts/gpu_check.sh --build build-gpu-local probe tests (in the same device call)"
     jline name=binary_starts value=false
   fi
   step "mpx devices --json" 60 "$MPX" devices --json

@@ -8,7 +8,7 @@
 # gpu_check.sh) and the cuDNN / NCCL of PyTorch's wheels. MPI (and so NCCL) is off.
 #
 #   scripts/gpu_fallback_build.sh [BUNDLE] [BUILD_DIR]   (gpu-bundle, build-gpu-local)
-#   then: scripts/gpu_check.sh --build build-gpu-local probe tests train
+#   then, in the same device call: scripts/gpu_check.sh --build build-gpu-local probe tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_check_lib.sh
