@@ -41,6 +41,14 @@ void run_bench(const BenchArgs& a) {
     j["device"] = r.device;
     j["batch_size"] = r.batch_size;
     j["steps"] = r.steps;
+    // The algorithm, math type and workspace of every cuDNN / cuBLASLt plan (docs/gpu.md).
+    j["plans"] = nlohmann::ordered_json::array();
+    for (const PlanReport& p : r.plans)
+      j["plans"].push_back({{"library", p.library},
+                            {"op", p.op},
+                            {"algo", p.algo},
+                            {"math", p.math},
+                            {"workspace_bytes", p.workspace_bytes}});
     print_json(j);
   } else {
     std::cout << fmt::format("device       {}\n", r.device)

@@ -140,6 +140,21 @@ struct DeviceInfo {
   bool bf16_tensor_cores() const { return compute_capability >= 80; }
 };
 
+/// Whether a backend can run an op with given shapes, and why not (supports_conv2d).
+struct Support {
+  bool ok = true;
+  std::string reason;  // empty when ok
+};
+
+/// One cuDNN / cuBLASLt plan as the CUDA backend chose it (`mpx bench --json`; docs/gpu.md).
+struct PlanReport {
+  std::string library;  // "cudnn" or "cublaslt"
+  std::string op;       // the op, its dtype and shapes
+  std::string algo;     // the algorithm
+  std::string math;     // the math type
+  size_t workspace_bytes = 0;
+};
+
 /// Operation groups for supports() (ggml's supports_op): callers and tests ask before dispatching.
 enum class Op : uint8_t {
   Cast, NormalizeInput, Conv2d, Dense, BiasAdd, Activation, Pool, GlobalAvgPool,
@@ -164,6 +179,14 @@ class Backend {
   // ---- device --------------------------------------------------------------
   virtual DeviceInfo info() const = 0;
   virtual bool supports(Op op, DType t) const = 0;
+  /// Whether conv2d (forward and both backward passes) runs with these shapes (x [N,H,W,C],
+  /// w [K,R,S,C]) in compute dtype t. The model asks once per conv layer when it is built, so
+  /// that a policy the device cannot run stops at start (exit 2) with the reason. The CUDA
+  /// backend answers from a probe of cuDNN, once per shape; the default is supports(Conv2d, t).
+  virtual Support supports_conv2d(const Conv2dParams& p, const Shape& x, const Shape& w, DType t);
+  /// The library plans chosen so far (the CUDA backend's cuDNN algorithms and cuBLASLt
+  /// matmuls); empty on the CPU.
+  virtual std::vector<PlanReport> plans() const { return {}; }
   /// Waits for all queued work (no-op on the CPU).
   virtual void synchronize() = 0;
   MemoryStats memory_stats() const { return mem_; }
@@ -415,7 +438,25 @@ class Backend {
 struct BackendOptions {
   /// Budget of the cuDNN/cuBLASLt workspace on a GPU (cuda.workspace_mb); unused on the CPU.
   size_t cuda_workspace_bytes = size_t{512} << 20;
+  /// cuda.conv_algo: measure the convolution algorithms (search) instead of taking cuDNN's
+  /// heuristic ranking (the default, repeatable from run to run).
+  bool cuda_conv_search = false;
+  /// cuda.deterministic: deterministic convolution algorithms only.
+  bool cuda_deterministic = false;
 };
+
+/// Versions of the CUDA libraries: those this mpx was built against and those loaded at run
+/// time (cuDNN, cuBLASLt and NCCL encode major*10000 + minor*100 + patch from cuDNN 9 and
+/// cuBLAS 12 on; the driver and runtime 1000*major + 10*minor). 0 = unknown / not present.
+struct CudaLibraryVersions {
+  int driver = 0, runtime = 0, runtime_built = 0;
+  int cudnn = 0, cudnn_built = 0;
+  int cublaslt = 0, cublaslt_built = 0;
+  int nccl = 0, nccl_built = 0;  // filled by lib/dist (nccl_versions())
+};
+
+/// The versions on this machine (all zero without CUDA; runtime versions zero without a driver).
+CudaLibraryVersions cuda_library_versions();
 
 /// @brief Creates a backend from a device string: "cpu", "cuda", "cuda:N".
 /// ("auto" is resolved by the caller with cuda_device_count().) Throws ConfigError

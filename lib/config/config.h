@@ -152,6 +152,10 @@ struct DistConfig {
 /// The CUDA backend.
 struct CudaConfig {
   int64_t workspace_mb = 512;  // cuDNN / cuBLASLt workspace budget
+  /// How convolution algorithms are chosen: cuDNN's heuristic ranking (repeatable) or by
+  /// measuring them (search; may differ from run to run).
+  ConvAlgo conv_algo = ConvAlgo::Heuristic;
+  bool deterministic = false;  // deterministic convolution algorithms only
 };
 
 struct Config {

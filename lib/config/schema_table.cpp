@@ -171,6 +171,9 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(dist.bucket_bytes, Int(4, kI64Max), "smallest bucket of the overlapped all-reduce, in bytes"),
 
     MPX_KEY(cuda.workspace_mb, Int(0, kMaxWorkspaceMb), "cuDNN / cuBLASLt workspace budget in MiB"),
+    MPX_KEY(cuda.conv_algo, Enum<ConvAlgo>(),
+      "convolution algorithms: cuDNN's heuristic ranking (the same every run) or measured (search)"),
+    MPX_KEY(cuda.deterministic, Bool(), "deterministic convolution algorithms only (bit-identical reruns)"),
   };
   // clang-format on
   return keys;

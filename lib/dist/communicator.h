@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace mpx {
@@ -107,6 +108,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
 /// True when this mpx has the MPI / NCCL communicators.
 bool built_with_mpi();
 bool built_with_nccl();
+/// Sets v.nccl_built and v.nccl (the NCCL of the headers and the loaded one); zeros without NCCL.
+void add_nccl_versions(CudaLibraryVersions& v);
 
 /**
  * @brief Runs `fn` on every rank, then tells every rank whether any rank failed

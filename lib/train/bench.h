@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "nn/model.h"
@@ -20,6 +21,8 @@ struct BenchResult {
   std::string policy, device;
   int64_t batch_size = 0, steps = 0;
   MemoryReport memory;
+  /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
+  std::vector<PlanReport> plans;
 };
 
 /// @brief Times `steps` training steps after `warmup`. Throws ConfigError for steps <= 0 or warmup < 0.

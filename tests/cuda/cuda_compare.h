@@ -2,7 +2,8 @@
 // Helpers of the CPU-vs-CUDA agreement tests (ggml's test-backend-ops shape): the
 // same inputs (identical bits) on both backends, outputs poisoned with NaN before
 // each call, the whole-tensor relative error against a per-dtype tolerance, and
-// the worst element in the failure message; bit-exact checks for the fused passes.
+// the worst element in the failure message; bit-exact checks for the fused passes
+// (any two NaNs equal: support/float_bits.h).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,7 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "support/float_bits.h"
 
 namespace cudatest {
 
@@ -156,20 +158,18 @@ inline void expect_close(const Dual& d, double tol, const std::string& what) {
   CHECK(rel <= tol);
 }
 
-/// Byte-for-byte equality; reports the first differing element.
+/// Bit-for-bit equality, except that any two NaNs of a float dtype are equal (x86 keeps a
+/// NaN's payload, NVIDIA GPUs write the canonical 0x7fffffff); reports the first differing element.
 inline void expect_bits(const Dual& d, const std::string& what) {
   const std::vector<uint8_t> c = raw(*be().cpu, d.c), g = raw(*be().gpu, d.g);
+  REQUIRE(c.size() == g.size());
   const size_t es = dtype_size(d.t);
-  size_t first = c.size();
-  for (size_t i = 0; i < c.size(); ++i)
-    if (c[i] != g[i]) {
-      first = i / es;
-      break;
-    }
+  const size_t n = c.size() / es;
+  const size_t first = support::first_difference_nan_equal(c.data(), g.data(), c.size(), d.t);
   std::ostringstream msg;
   msg << what << " " << dtype_name(d.t) << d.s.str() << ": ";
-  if (first == c.size()) {
-    msg << "bit-identical";
+  if (first == n) {
+    msg << "bit-identical (NaNs of any payload count as equal)";
   } else if (is_float(d.t)) {
     const std::vector<float> cf = floats(*be().cpu, d.c), gf = floats(*be().gpu, d.g);
     msg << "first difference at element " << first << ": cuda " << gf[first] << " vs cpu " << cf[first];
@@ -178,7 +178,7 @@ inline void expect_bits(const Dual& d, const std::string& what) {
         << int(c[first * es]);
   }
   INFO(msg.str());
-  CHECK(first == c.size());
+  CHECK(first == n);
 }
 
 inline const std::vector<DType>& float_dtypes() {

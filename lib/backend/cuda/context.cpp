@@ -55,7 +55,9 @@ Context::~Context() {
 
 namespace {
 const char* slot_name(Slot slot) {
-  static const char* names[] = {"padded convolution input", "padded input gradient", "16-bit weight gradient",
+  static const char* names[] = {"padded convolution input", "padded input gradient",
+                                "channel-padded convolution filter", "channel-padded filter gradient",
+                                "16-bit weight gradient",
                                 "reduction partials", "batch-norm coefficients", "per-row results",
                                 "cuDNN/cuBLASLt workspace"};
   static_assert(sizeof(names) / sizeof(names[0]) == kSlotCount, "one name per scratch slot");

@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/cuda/algo_choice.h"
 #include "backend/cuda/handles.h"
 #include "core/tensor.h"
 
@@ -29,6 +31,8 @@ namespace mpx::cuda {
 enum Slot : int {
   kSlotPadX,       // explicitly padded conv input (asymmetric padding)
   kSlotPadDX,      // gradient of the padded conv input, cropped into dx
+  kSlotPadW,       // conv filter zero-padded in channels (16-bit, C not a multiple of 8)
+  kSlotPadDW,      // gradient of the channel-padded filter, cropped into dw
   kSlotGrad16,     // 16-bit weight gradient before its cast to a float32 dw
   kSlotReduce,     // per-block partial sums (double) of channel reductions
   kSlotCoef,       // per-channel coefficients (batch norm)
@@ -110,6 +114,16 @@ class Context {
   }
   size_t plan_count() const { return plans_.size(); }
 
+  /// How convolution algorithms are chosen (cuda.conv_algo, cuda.deterministic; algo_choice.h).
+  void set_conv_algo(bool search, bool deterministic) {
+    conv_search_ = search;
+    conv_deterministic_ = deterministic;
+  }
+  AlgoSettings algo_settings() const { return {conv_search_, conv_deterministic_, workspace_budget_}; }
+  /// Records a plan as built (Backend::plans(), `mpx bench --json`).
+  void note_plan(PlanReport r) { reports_.push_back(std::move(r)); }
+  const std::vector<PlanReport>& plan_reports() const { return reports_; }
+
   // ---- CUDA graphs (Backend::graph_*) ---------------------------------------------
   /// Starts capturing the stream (cudaStreamCaptureModeThreadLocal).
   void begin_capture();
@@ -147,6 +161,8 @@ class Context {
   std::vector<cudaGraphExec_t> graphs_;
   std::function<void(size_t)> on_alloc_, on_free_;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  bool conv_search_ = false, conv_deterministic_ = false;
+  std::vector<PlanReport> reports_;
 };
 
 /// cuDNN / cuBLASLt / CUDA data type of a float dtype.
