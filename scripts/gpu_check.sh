@@ -146,8 +146,8 @@ case_rank() {
     *training* | *train.sync*) echo 5 ;;
     nccl:*) echo 4 ;;
     *graph* | *Graph* | *captured*) echo 3 ;;
-    *conv2d* | *dense* | *activation* | *"small model"*) echo 2 ;;
-    *"device info"* | *"fill and copy"* | *casts* | *normalize_input* | *"stats ("*) echo 0 ;;
+    *conv2d* | *dense* | *activation* | *model* | *algorithm* | *deterministic*) echo 2 ;;
+    *"device info"* | *"fill and copy"* | *casts* | *normalize_input* | *"stats ("* | *"library versions"*) echo 0 ;;
     *) echo 1 ;;
   esac
 }
