@@ -341,6 +341,10 @@ class Backend {
   bool graph_begin_capture();
   /// Ends the capture; returns the graph's id for graph_launch.
   int graph_end_capture();
+  /// Ends a capture without keeping it (its partial graph is dropped and the stream works
+  /// again); nothing happens without an open capture. Never throws: GraphCapture
+  /// (graph_capture.h) calls it while an exception unwinds.
+  void graph_abort_capture() noexcept { graph_abort_capture_impl(); }
   /// Replays graph `id` (the captured ops, on the same buffers).
   void graph_launch(int id);
   /// Whether graph_begin_capture can work here (CUDA without MPX_CUDA_SYNC_DEBUG).
@@ -424,6 +428,7 @@ class Backend {
   virtual void release_staged_impl(int slot) = 0;
   virtual bool graph_begin_capture_impl() { return false; }
   virtual int graph_end_capture_impl() { return -1; }
+  virtual void graph_abort_capture_impl() noexcept {}
   virtual void graph_launch_impl(int /*id*/) {}
 
   MemoryStats mem_;

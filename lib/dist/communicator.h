@@ -72,8 +72,10 @@ class Communicator {
   /// Lets in-flight asynchronous all-reduces progress (MPI_Test); cheap, call it often. No-op by default.
   virtual void progress() {}
   /// NCCL: the cudaStream_t (as void*) the backend queues its compute on; start_all_reduce_sum
-  /// orders after it and wait() orders it after the all-reduce. nullptr (the default) is the
-  /// legacy default stream. Ignored by the host communicators.
+  /// orders after it and wait() orders it after the all-reduce; nullptr is the legacy default
+  /// stream. NCCL refuses start_all_reduce_sum before this was called (an all-reduce not
+  /// ordered after the gradients' writers would read them half-written). Ignored by the host
+  /// communicators.
   virtual void set_compute_stream(void* stream) { (void)stream; }
 };
 

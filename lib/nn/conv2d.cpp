@@ -47,7 +47,7 @@ class Conv2d : public Layer {
       bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros);
       param_ids_.push_back(bias_);
     }
-    if (is_16bit(t)) c.need_scratch(K * rs * C + K);
+    if (is_16bit(t)) c.need_scratch(K * rs * C, K);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
   }

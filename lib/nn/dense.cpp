@@ -32,7 +32,7 @@ class Dense : public Layer {
       bias_ = c.add_param(name(), "bias", Shape{cout}, true, Init::Zeros);
       param_ids_.push_back(bias_);
     }
-    if (is_16bit(t)) c.need_scratch(cout * cin + cout);
+    if (is_16bit(t)) c.need_scratch(cout * cin, cout);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
   }

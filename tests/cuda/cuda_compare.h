@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -24,9 +25,18 @@ namespace cudatest {
 
 using namespace mpx;
 
+/// The GPU backend's cuDNN/cuBLASLt workspace: MPX_TEST_CUDA_WORKSPACE_MB when set (the staged
+/// GPU check's compute-sanitizer reruns keep it small, docs/gpu.md), else the default.
+inline BackendOptions test_cuda_options() {
+  BackendOptions o;
+  if (const char* mb = std::getenv("MPX_TEST_CUDA_WORKSPACE_MB"); mb && *mb)
+    o.cuda_workspace_bytes = static_cast<size_t>(std::strtoull(mb, nullptr, 10)) << 20;
+  return o;
+}
+
 struct Backends {
   std::unique_ptr<Backend> cpu = create_backend("cpu");
-  std::unique_ptr<Backend> gpu = create_backend("cuda");
+  std::unique_ptr<Backend> gpu = create_backend("cuda", test_cuda_options());
 };
 inline Backends& be() {
   static Backends b;

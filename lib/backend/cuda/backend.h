@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
   void release_staged_impl(int slot) override;
   bool graph_begin_capture_impl() override;
   int graph_end_capture_impl() override;
+  void graph_abort_capture_impl() noexcept override { ctx_->abort_capture(); }
   void graph_launch_impl(int id) override;
 
   std::unique_ptr<Context> ctx_;
