@@ -83,7 +83,7 @@ Outcome run(const std::string& sync, int steps) {
   o.m = host(be, e.optimizer().state1());
   o.v = host(be, e.optimizer().state2());
   o.scaler = e.scaler().state();
-  o.applied = e.optimizer().applied_updates();
+  o.applied = e.optimizer().iterations();
   return o;
 }
 
