@@ -118,14 +118,26 @@ def keras_optimizer(keras, cfg, policy, ls):
     return opt, coupled_wd
 
 
-def run_keras(a, cfg, policy, x, y, init_path):
+def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0):
+    """Trains the twin; returns per-step (loss, scale, skipped) and the final weights. With
+    `perturb`, the initial weights are multiplied by (1 + perturb * N(0,1)) after init_path is
+    written: a second Keras run of the same float32 net, rounding-sized apart (the noise floor)."""
     import tensorflow as tf
     import tf_keras as keras
     from safetensors.numpy import save_file
+    keras.backend.clear_session()
     tf.random.set_seed(int(cfg.get("seed", 42)))
     keras.mixed_precision.set_global_policy(policy)
     model = kt.build_model(keras, cfg, policy, x.shape[1:])
-    save_file(kt.keras_weights(model), init_path, metadata={"layout": "keras"})
+    if perturb:  # the first run's initial weights, each times (1 + perturb * N(0, 1))
+        from safetensors.numpy import load_file
+        init, rng = load_file(init_path), np.random.RandomState(1)
+        for layer in model.layers:
+            for v in layer.weights:
+                w = init[f"{layer.name}/{v.name.split('/')[-1].split(':')[0]}"]
+                v.assign((w * (1.0 + perturb * rng.standard_normal(w.shape))).astype(np.float32))
+    else:
+        save_file(kt.keras_weights(model), init_path, metadata={"layout": "keras"})
     opt, wd = keras_optimizer(keras, cfg, policy, cfg["loss_scale"])
     lso = isinstance(opt, keras.mixed_precision.LossScaleOptimizer)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -183,25 +195,32 @@ def compare(policy, mpx_steps, keras_steps, mpx_w, keras_w):
 
 
 def write_fixture(dirname, policy, cfg_path, init, res, a):
-    """What tests/test_keras_parity.cpp replays: the config, the Keras initial weights and
-    Keras' per-step loss, scale and skipped count."""
+    """What tests/test_cli_keras_parity.cpp replays without TensorFlow: the config, the Keras
+    initial weights and Keras' per-step loss, scale and skipped count."""
     os.makedirs(dirname, exist_ok=True)
+    name = a.fixture_name or policy
     import shutil
     with open(cfg_path) as f:
         c = yaml.safe_load(f)
     c["data"]["path"] = "data"  # the test passes the fixture's data folder
-    c["weights"]["init_from"] = f"{policy}.init.safetensors"
-    with open(os.path.join(dirname, f"{policy}.yaml"), "w") as f:
+    c["weights"]["init_from"] = f"{name}.init.safetensors"
+    with open(os.path.join(dirname, f"{name}.yaml"), "w") as f:
         f.write("# Written by bench/keras_parity.py --fixture (docs/keras-parity.md); do not edit.\n")
         yaml.safe_dump(c, f, sort_keys=False)
-    shutil.copy(init, os.path.join(dirname, f"{policy}.init.safetensors"))
+    shutil.copy(init, os.path.join(dirname, f"{name}.init.safetensors"))
     exp = {"policy": policy, "tolerance": TARGETS[policy], "inject_inf_step": a.inject_inf or 0,
-           "command": "bench/keras_parity.py " + " ".join(sys.argv[1:]),
+           "command": "bench/keras_parity_fixtures.sh", "tensorflow": _versions(),
            "keras": [{"loss": l, "loss_scale": s, "skipped_steps": k} for l, s, k in res["keras"]],
            "measured_max_loss_rel": res["max_loss_rel"]}
-    with open(os.path.join(dirname, f"{policy}.expected.json"), "w") as f:
+    with open(os.path.join(dirname, f"{name}.expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
         f.write("\n")
+
+
+def _versions():
+    import tensorflow as tf
+    import tf_keras
+    return f"tensorflow {tf.__version__}, tf-keras {tf_keras.__version__}"
 
 
 def main():
@@ -215,8 +234,14 @@ def main():
     ap.add_argument("--scale-initial", type=float, default=None, help="mixed_float16: initial loss scale")
     ap.add_argument("--growth-interval", type=int, default=None, help="mixed_float16: growth interval")
     ap.add_argument("--inject-inf", type=int, default=0, help="make step K (1-based) non-finite on both sides")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key for both sides, e.g. optimizer.learning_rate=0.01 (repeatable)")
     ap.add_argument("--mpx", default=os.path.join(ROOT, "build", "app", "mpx"))
     ap.add_argument("--fixture", help="also write the replay fixture for tests/ into this folder")
+    ap.add_argument("--noise-floor", type=float, default=0.0, metavar="EPS",
+                    help="also train Keras a second time from weights perturbed by EPS (relative, e.g. 1e-7) "
+                         "and print how far its loss drifts from the first run's: the net's own sensitivity")
+    ap.add_argument("--fixture-name", help="file names of the fixture (default: the policy)")
     ap.add_argument("--json", help="write the full comparison (every step) to this file")
     ap.add_argument("--keep", help="keep the work files (configs, weights, runs) in this folder")
     a = ap.parse_args()
@@ -225,6 +250,12 @@ def main():
     tf.config.threading.set_intra_op_parallelism_threads(a.threads)
     tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     cfg = kt.load_config(a.config)
+    for kv in a.set:
+        key, _, value = kv.partition("=")
+        node, parts = cfg, key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = yaml.safe_load(value)
     data = a.data or cfg["data"].get("path") or f"data/{cfg['data']['dataset']}"
     limit = a.steps * a.batch
     x, y = kt.read_train(cfg["data"]["dataset"], data, limit)
@@ -240,8 +271,17 @@ def main():
         with open(cfg_path, "w") as f:
             yaml.safe_dump(c, f, sort_keys=False)
         keras_steps, keras_w = run_keras(a, c, policy, x, y, init)
+        if a.keep:
+            from safetensors.numpy import save_file
+            save_file(keras_w, os.path.join(work, f"{policy}.keras_final.safetensors"))
         mpx_steps, mpx_w = run_mpx(a, cfg_path, os.path.join(work, f"run-{policy}"), a.inject_inf)
         res = compare(policy, mpx_steps, keras_steps, mpx_w, keras_w)
+        floor = ""
+        if a.noise_floor:
+            tf.random.set_seed(int(c.get("seed", 42)))
+            k2, _ = run_keras(a, c, policy, x, y, init, perturb=a.noise_floor)
+            res["noise_floor"] = max(abs(p[0] - q[0]) / abs(q[0]) for p, q in zip(k2, keras_steps))
+            floor = f"; Keras vs Keras from weights {a.noise_floor:g} apart: {res['noise_floor']:.3e}"
         good = res["max_loss_rel"] <= TARGETS[policy] and res["scale_trajectory_identical"] \
             and not res["unmatched_tensors"]
         ok &= good
@@ -249,7 +289,7 @@ def main():
               f"{res['max_loss_rel']:.3e} (step {res['max_loss_rel_step']}, target {TARGETS[policy]:g}); "
               f"scale/skips {'identical' if res['scale_trajectory_identical'] else 'DIFFER at step %s' % res['first_scale_mismatch']}"
               f" (final scale {mpx_steps[-1][1]:g}, skipped {mpx_steps[-1][2]}); worst weight {res['worst_weight']} "
-              f"{res['worst_weight_rel']:.3e}{'' if good else '  <-- FAIL'}", flush=True)
+              f"{res['worst_weight_rel']:.3e}{floor}{'' if good else '  <-- FAIL'}", flush=True)
         if res["unmatched_tensors"]:
             print("  unmatched tensors:", ", ".join(res["unmatched_tensors"]))
         if a.fixture:
