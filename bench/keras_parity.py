@@ -280,7 +280,8 @@ def main():
         if a.noise_floor:
             tf.random.set_seed(int(c.get("seed", 42)))
             k2, _ = run_keras(a, c, policy, x, y, init, perturb=a.noise_floor)
-            res["noise_floor"] = max(abs(p[0] - q[0]) / abs(q[0]) for p, q in zip(k2, keras_steps))
+            res["noise_floor_steps"] = [abs(p[0] - q[0]) / abs(q[0]) for p, q in zip(k2, keras_steps)]
+            res["noise_floor"] = max(res["noise_floor_steps"])
             floor = f"; Keras vs Keras from weights {a.noise_floor:g} apart: {res['noise_floor']:.3e}"
         good = res["max_loss_rel"] <= TARGETS[policy] and res["scale_trajectory_identical"] \
             and not res["unmatched_tensors"]
