@@ -299,6 +299,9 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+    if not a.keep:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 
 
