@@ -75,7 +75,8 @@ struct OptimizerStep {
   float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-7f;  // Adam/AdamW (Keras epsilon)
   /// SGD/Adam: L2 added to the gradient (g += wd * w); AdamW: decoupled (w -= lr * wd * w).
   float weight_decay = 0.0f;
-  /// Number of this update counting applied updates only (1 for the first); Adam bias correction.
+  /// Adam's bias-correction step of this update: 1 for the first step, counting skipped steps
+  /// too (Keras 2's optimizer.iterations + 1; docs/precision.md).
   int64_t t = 1;
 };
 
@@ -86,7 +87,7 @@ struct StepState {
   int64_t good_steps = 0;           // LossScalerState fields, same meaning
   int64_t skipped_total = 0;
   int64_t consecutive_skips = 0;
-  int64_t applied_total = 0;        // updates applied so far (Adam t of the next = this + 1)
+  int64_t applied_total = 0;        // optimizer iterations so far, skipped steps included (Adam t of the next = this + 1)
   int32_t finite = 1;               // verdict of the last unscale_and_check_state
   int32_t last_skip_reason = 0;     // SkipReason (2 nonfinite_loss, 3 backward_overflow)
   int32_t bad = 0;                  // scratch flag of unscale_and_check_state

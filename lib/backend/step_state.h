@@ -53,9 +53,9 @@ MPX_HOST_DEVICE inline void step_state_update(StepState& st, const LossScaleRule
   } else {
     ++st.nonfinite_loss_steps;
   }
+  ++st.applied_total;  // Keras 2: a skipped step advances optimizer.iterations too (docs/precision.md)
   if (st.finite) {
     st.consecutive_skips = 0;
-    ++st.applied_total;
     if (rule.mode == LossScaleRule::Mode::Dynamic) {
       if (++st.good_steps >= rule.growth_interval) {
         const double grown = st.scale * rule.growth_factor;

@@ -39,7 +39,7 @@ struct CheckpointHeader {
   int64_t param_align = 1;                 // elements; 1 = packed (every version 1 file)
   // Position: the next step to run is batch `step_in_epoch` of epoch `epoch` (0-based).
   int64_t epoch = 0, step_in_epoch = 0, global_step = 0;
-  int64_t applied_updates = 0;  // Adam's t counts these
+  int64_t applied_updates = 0;  // Optimizer::iterations(): steps applied or skipped (Adam's t)
   LossScalerState scaler;
   ScheduleState schedule;
   double best_test_accuracy = 0;

@@ -96,7 +96,7 @@ class DeviceStepper final : public Stepper {
 
   /**
    * @brief Reads the device StepState back (one synchronisation): the sums of the steps since
-   * the last flush, and the loss scale, skip counters and applied updates into the host
+   * the last flush, and the loss scale, skip counters and optimizer iterations into the host
    * LossScaler and Optimizer (checkpoints, logs). Throws DivergedError where the host step
    * would have (a non-finite loss under float32, max_consecutive_skips), up to log_every
    * steps later. Without pending steps returns an empty outcome.
@@ -120,7 +120,7 @@ class DeviceStepper final : public Stepper {
     hs.consecutive_skips = st.consecutive_skips;
     if (st.skipped > 0) hs.last_skip_reason = static_cast<SkipReason>(st.last_skip_reason);
     p_.scaler.set_state(hs);
-    p_.opt.set_applied_updates(st.applied_total);
+    p_.opt.set_iterations(st.applied_total);
     const int64_t first = window_first_, last = window_first_ + st.steps - 1;
     const int64_t nonfinite = st.nonfinite_loss_steps, max_run = st.max_consecutive_skips;
     st.loss_sum = st.correct = 0;
@@ -175,7 +175,7 @@ class DeviceStepper final : public Stepper {
     st.good_steps = hs.good_steps;
     st.skipped_total = hs.skipped_total;
     st.consecutive_skips = hs.consecutive_skips;
-    st.applied_total = p_.opt.applied_updates();
+    st.applied_total = p_.opt.iterations();
     st.last_skip_reason = static_cast<int32_t>(hs.last_skip_reason);
     p_.be.upload(state_tensor(), &st);
     state_pushed_ = true;

@@ -165,6 +165,7 @@ class HostStepper final : public Stepper {
                                    : "first non-finite forward output: " + forward_where;
     });
     if (!o.applied) {
+      p_.opt.skip();
       spdlog::info("step {}: skipped ({}), loss scale {} -> {}", global_step, skip_reason_name(o.reason),
                    format_scale(before), format_scale(p_.scaler.scale()));
     }

@@ -21,20 +21,23 @@ class Optimizer {
   /**
    * @brief One update of the whole arena with learning rate `lr`: master (f32),
    * grads (f32, already unscaled), and the 16-bit compute copy when not empty.
-   * Adam's bias correction uses t = applied_updates() + 1; afterwards
-   * applied_updates() grows by one.
+   * Adam's bias correction uses t = iterations() + 1; afterwards
+   * iterations() grows by one.
    */
   void step(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, double lr);
 
   /// The same update queued with everything read on the device (train.sync "log"): lr from
   /// `lr` (float32 [1]), t from `step_state` (StepState), skipped when its verdict is
-  /// non-finite. applied_updates() is brought up to date by the caller (set_applied_updates).
+  /// non-finite. iterations() is brought up to date by the caller (set_iterations).
   void step_on_device(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, const Tensor& step_state,
                       const Tensor& lr);
 
-  /// Updates applied so far (skipped steps excluded).
-  int64_t applied_updates() const { return applied_; }
-  void set_applied_updates(int64_t n) { applied_ = n; }
+  /// Steps so far, applied or skipped: Keras 2's optimizer.iterations, which its
+  /// LossScaleOptimizer advances on a skipped step too (docs/precision.md).
+  int64_t iterations() const { return applied_; }
+  void set_iterations(int64_t n) { applied_ = n; }
+  /// A skipped step: the state arenas are untouched, the iteration count advances.
+  void skip() { ++applied_; }
 
   OptimizerName name() const { return cfg_.name; }
   /// The state arenas of an optimizer, each as long as the master arena, in checkpoint

@@ -59,7 +59,7 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.epoch = epoch;
   h.step_in_epoch = step_in_epoch;
   h.global_step = st.global_step;
-  h.applied_updates = parts.opt.applied_updates();
+  h.applied_updates = parts.opt.iterations();
   h.scaler = parts.scaler.state();
   h.schedule = parts.sched.state();
   h.best_test_accuracy = st.best_test_accuracy;
@@ -111,7 +111,7 @@ TrainState restore_checkpoint(const Checkpoint& file, const std::string& path, c
                  "and the schedule are counted in the new batches (the resumed run is not bit-exact)",
                  path, h.batch_size, cfg.data.batch_size);
   parts.opt.upload_states(ck.opt);
-  parts.opt.set_applied_updates(h.applied_updates);
+  parts.opt.set_iterations(h.applied_updates);
   parts.scaler.set_state(h.scaler);
   parts.sched.set_state(h.schedule);
   TrainState st;

@@ -166,8 +166,8 @@ void TrainRun::restore_or_broadcast() {
     if (resume_->header.policy != policy_name(cfg().policy))
       spdlog::info("the checkpoint was written under policy {}, training continues under {}", resume_->header.policy,
                    policy_name(cfg().policy));
-    spdlog::info("resuming at epoch {}, step {} of the epoch (global step {}, {} updates applied, loss scale {})",
-                 st_.epoch + 1, st_.step_in_epoch, st_.global_step, engine_->optimizer().applied_updates(),
+    spdlog::info("resuming at epoch {}, step {} of the epoch (global step {}, optimizer iteration {}, loss scale {})",
+                 st_.epoch + 1, st_.step_in_epoch, st_.global_step, engine_->optimizer().iterations(),
                  format_scale(engine_->scaler().scale()));
   }
   result_.epochs = st_.epoch;
