@@ -170,12 +170,8 @@ std::string conv_what(const char* op, const Geo& g) {
 
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(Context& ctx, const ConvDescs& d, bool bias,
                                                       Activation fused = Activation::None) {
-  using cf = dnnl::convolution_forward;
-  const cf::desc desc = bias ? cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                        d.src_any, d.wei_any, d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
-                             : cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                        d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l, d.pad_r);
-  return cf::primitive_desc(desc, make_attr(fused), ctx.engine());
+  return dnnlc::conv_fwd(ctx.engine(), d.src_any, d.wei_any, bias ? &d.bias : nullptr, d.dst_any, d.strides, d.pad_l,
+                         d.pad_r, make_attr(fused));
 }
 
 DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias, Activation fused) {
@@ -200,14 +196,12 @@ DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool 
 DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) {
   return ctx.plan<DnnlPlan>(conv_key(kConvBwdData, p, g, 0), [&] {
     return dnnl_try(conv_what("convolution backward data", g), [&] {
-      using cb = dnnl::convolution_backward_data;
       auto plan = std::make_unique<DnnlPlan>();
       const ConvDescs d = conv_descs(p, g);
       const auto hint = conv_fwd_pd(ctx, d, false);
-      const cb::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
-                          d.pad_r);
-      const cb::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
-      plan->prim = cb(pd);
+      const auto pd = dnnlc::conv_bwd_data(ctx.engine(), d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
+                                           d.pad_r, hint, make_attr());
+      plan->prim = dnnl::convolution_backward_data(pd);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
@@ -217,7 +211,8 @@ DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) 
   });
 }
 
-// oneDNN 2.6.3 bug (AVX2 jit_1x1 backward weights, NHWC source, strided 1x1, few channels):
+// oneDNN bug (AVX2 jit_1x1 backward weights, NHWC source, strided 1x1, few channels), in
+// 2.6.3 and still in 3.2 (docs/cpu-performance.md):
 // its per-thread copy of the strided source ("rtus") is booked as is*C floats per thread
 // but addressed as (ic_b*is + sp)*8 (jit_avx2_1x1_convolution.cpp), so with 2+ threads a
 // thread writes into the next one's copy and the last one past it, into the reducer's
@@ -236,7 +231,6 @@ bool rtus_nhwc_bwd_weights_bug(const Conv2dParams& p, const Geo& g) {
 DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias) {
   return ctx.plan<DnnlPlan>(conv_key(kConvBwdFilter, p, g, bias ? 1 : 0), [&] {
     return dnnl_try(conv_what("convolution backward weights", g), [&] {
-      using cw = dnnl::convolution_backward_weights;
       auto plan = std::make_unique<DnnlPlan>();
       ConvDescs d = conv_descs(p, g);
       const bool avoid_nhwc = rtus_nhwc_bwd_weights_bug(p, g);
@@ -245,13 +239,12 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
         d.dst_any = dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::any);
       }
       const auto hint = conv_fwd_pd(ctx, d, bias);
-      const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, avoid_nhwc ? d.src_any : d.src,
-                                            d.wei_any, d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides,
-                                            d.pad_l, d.pad_r)
-                                 : cw::desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any,
-                                            d.strides, d.pad_l, d.pad_r);
-      const cw::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
-      plan->prim = cw(pd);
+      const auto pd = bias ? dnnlc::conv_bwd_weights(ctx.engine(), avoid_nhwc ? d.src_any : d.src, d.wei_any,
+                                                     &d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides, d.pad_l,
+                                                     d.pad_r, hint, make_attr())
+                           : dnnlc::conv_bwd_weights(ctx.engine(), d.src_any, d.wei_any, nullptr, d.dst_any,
+                                                     d.strides, d.pad_l, d.pad_r, hint, make_attr());
+      plan->prim = dnnl::convolution_backward_weights(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);

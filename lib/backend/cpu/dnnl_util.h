@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/context.h"
+#include "backend/cpu/dnnl_compat.h"
 #include "core/activation.h"
 #include "core/error.h"
 
@@ -103,7 +104,7 @@ inline dnnl::primitive_attr make_attr(Activation fused = Activation::None) {
   if (!fused.is_none()) {
     MPX_CHECK(fused.kind == ActKind::Relu || fused.kind == ActKind::LeakyRelu);
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, fused.alpha, 0.0f);
+    dnnlc::append_eltwise(ops, dnnl::algorithm::eltwise_relu, fused.alpha, 0.0f);
     attr.set_post_ops(ops);
   }
   return attr;
