@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "backend/backend.h"
 #include "config/config.h"
 #include "nn/model.h"
 
@@ -20,6 +22,9 @@ struct BenchResult {
   std::string policy, device;
   int64_t batch_size = 0, steps = 0;
   MemoryReport memory;
+  /// The backend's compute library and the kernels it chose for the timed steps.
+  std::string library;
+  std::vector<KernelChoice> kernels;
 };
 
 /// @brief Times `steps` training steps after `warmup`. Throws ConfigError for steps <= 0 or warmup < 0.

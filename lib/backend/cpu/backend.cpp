@@ -126,6 +126,13 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
+  std::string library() const override { return dnnl_description(); }
+  std::vector<KernelChoice> kernels() const override {
+    std::vector<KernelChoice> v;
+    for (const auto& [what, impl] : ctx_.kernels()) v.push_back({what, impl});
+    return v;
+  }
+
  private:
   void* alloc_impl(size_t bytes) override {
     const size_t n = (bytes + 63) / 64 * 64;

@@ -2,14 +2,20 @@
 // Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
 // 16-bit operands are widened into float32 scratch, the float32 kernel runs,
 // and 16-bit outputs are rounded once from the float32 result.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "backend/cpu/conv_wgrad.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
+#include "core/error.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
@@ -117,7 +123,7 @@ void conv_backward_filter_loops(const Geo& g, const float* x, const float* dy, f
 
 // ---- oneDNN primitives ----------------------------------------------------------------
 
-enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103 };
+enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103, kConvWgradChoice = 104 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
   PlanKey k;
@@ -255,6 +261,84 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
   });
 }
 
+// ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
+
+// MPX_CONV_WGRAD: "gemm" or "onednn" forces one kernel; unset or "auto" measures both on the
+// first call of each shape and keeps the faster (docs/cpu-performance.md).
+enum class WgradMode { Auto, Gemm, OneDnn };
+WgradMode wgrad_mode() {
+  static const WgradMode m = [] {
+    const std::string v = env_string("MPX_CONV_WGRAD");
+    if (v == "gemm") return WgradMode::Gemm;
+    if (v == "onednn") return WgradMode::OneDnn;
+    if (!v.empty() && v != "auto")
+      throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected auto, gemm or onednn (or unset it)");
+    return WgradMode::Auto;
+  }();
+  return m;
+}
+
+struct WgradChoice : Plan {
+  bool gemm = false;
+};
+
+WgradGeo wgrad_geo(const Geo& g) { return {g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.P, g.Q, g.pt, g.pl}; }
+
+void run_wgrad_gemm(Context& ctx, const Geo& g, const float* x, const float* dy, float* dw, float* db) {
+  const WgradGeo wg = wgrad_geo(g);
+  float* scratch = ctx.scratch(kSlotTmp0, wgrad_gemm_scratch(wg, omp_get_max_threads()));
+  conv_wgrad_gemm(wg, x, dy, dw, db, scratch);
+}
+
+void run_wgrad_onednn(Context& ctx, DnnlPlan& plan, const float* x, const float* dy, float* dw, float* db) {
+  plan.bind(DNNL_ARG_SRC, x);
+  plan.bind(DNNL_ARG_DIFF_DST, dy);
+  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dw);
+  if (db) plan.bind(DNNL_ARG_DIFF_BIAS, db);
+  plan.run(ctx);
+}
+
+/// Milliseconds of the faster of two runs of f.
+template <typename F>
+double best_ms(F&& f) {
+  double best = 1e300;
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+/// Whether this shape's weight gradient runs the GEMM kernel; in auto mode the first call
+/// times both kernels on its own data (their results are equal up to rounding, and the
+/// last run leaves a complete result) and records the choice with the kernels.
+bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g, DnnlPlan& dnnl_plan, const float* x,
+                    const float* dy, float* dw, float* db) {
+  const WgradMode mode = wgrad_mode();
+  if (mode == WgradMode::OneDnn || !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w)) return false;
+  const std::string what = conv_what("convolution backward weights", g);
+  bool made = false;
+  WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, db ? 1 : 0), [&] {
+    made = true;
+    return new WgradChoice;
+  });
+  if (!made) return c.gemm;
+  if (mode == WgradMode::Gemm) {
+    c.gemm = true;
+    ctx.note_kernel(what, "gemm:sgemm (MPX_CONV_WGRAD=gemm)");
+    return true;
+  }
+  const double t_dnnl = best_ms([&] { run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db); });
+  const double t_gemm = best_ms([&] { run_wgrad_gemm(ctx, g, x, dy, dw, db); });
+  c.gemm = t_gemm < t_dnnl;
+  if (!c.gemm) run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db);
+  ctx.note_kernel(what, fmt::format("{} (measured {:.2f} ms, {} {:.2f} ms)", c.gemm ? "gemm:sgemm" : dnnl_plan.impl,
+                                    c.gemm ? t_gemm : t_dnnl, c.gemm ? dnnl_plan.impl : "gemm:sgemm",
+                                    c.gemm ? t_dnnl : t_gemm));
+  return c.gemm;
+}
+
 // The activation fused into the convolution as a oneDNN post-op: exact_post_op's (dnnl_util.h)
 // and relu, when nothing asks for the pre-activation. relu's post-op turns NaN into 0, unlike
 // the backend's relu elsewhere; it stays fused here because the separate NaN-keeping pass
@@ -323,11 +407,10 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
     conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
   } else {
     DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);
-    plan.bind(DNNL_ARG_SRC, xf);
-    plan.bind(DNNL_ARG_DIFF_DST, dyf);
-    plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-    if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-    plan.run(ctx);
+    if (use_wgrad_gemm(ctx, p, g, plan, xf, dyf, dwf, dbf))
+      run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
+    else
+      run_wgrad_onednn(ctx, plan, xf, dyf, dwf, dbf);
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);

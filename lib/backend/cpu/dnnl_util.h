@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct DnnlPlan : Plan {
     const dnnl::memory::desc md = pd.scratchpad_desc();
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, ctx.engine());
     ctx.account(md.get_size());
+    impl = pd.impl_info_str();
   }
 };
 
@@ -118,11 +120,15 @@ inline int64_t act_key(Activation a) {
   return (static_cast<int64_t>(a.kind) << 32) | bits;
 }
 
-/// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes.
+/// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes. A plan it
+/// makes is labelled with `what` (Context::kernels).
 template <typename F>
 auto dnnl_try(const std::string& what, F&& make) -> decltype(make()) {
   try {
-    return make();
+    auto made = make();
+    using R = std::remove_pointer_t<decltype(made)>;
+    if constexpr (std::is_pointer_v<decltype(made)> && std::is_base_of_v<Plan, R>) made->what = what;
+    return made;
   } catch (const dnnl::error& e) {
     throw Error("oneDNN could not create " + what + ": " + e.what());
   }
