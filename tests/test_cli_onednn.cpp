@@ -21,14 +21,13 @@ using support::run_mpx;
 
 namespace {
 
-// conv 3x3 (3 -> 16 channels, NHWC) then conv 3x3 stride 2 (16 -> 16: oneDNN's blocked path).
+// On the synthetic data set (28x28x1): conv 3x3 (1 -> 16 channels) then conv 3x3 stride 2 (16 -> 16).
 const char* kConfig =
     "name: cli_onednn\n"
     "seed: 5\n"
     "device: cpu\n"
     "data: {dataset: synthetic, batch_size: 8, train_limit: 32, test_limit: 8}\n"
     "model:\n"
-    "  input_shape: [12, 12, 3]\n"
     "  layers:\n"
     "    - {type: conv2d, filters: 16, kernel: 3, padding: same, activation: relu}\n"
     "    - {type: conv2d, filters: 16, kernel: 3, strides: 2, activation: relu}\n"
@@ -73,7 +72,7 @@ TEST_CASE("bench lists the oneDNN kernels of every convolution pass", "[cli][ben
   }
   // Forward of both layers, backward weights of both, backward data of the second only
   // (the first layer's input needs no gradient).
-  const std::string w1 = "x [8, 12, 12, 3], w [16, 3, 3, 3]", w2 = "x [8, 12, 12, 16], w [16, 3, 3, 16]";
+  const std::string w1 = "x [8, 28, 28, 1], w [16, 3, 3, 1]", w2 = "x [8, 28, 28, 16], w [16, 3, 3, 16]";
   for (const std::string& want : {"convolution forward for " + w1, "convolution forward for " + w2,
                                   "convolution backward weights for " + w1, "convolution backward weights for " + w2,
                                   "convolution backward data for " + w2}) {
@@ -100,10 +99,11 @@ TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel
   ::unsetenv("MPX_CONV_WGRAD");
   REQUIRE(r.code == 0);
   std::string first, second;
-  for (const json& k : json::parse(r.out).at("kernels")) {
+  const json j = json::parse(r.out);
+  for (const json& k : j.at("kernels")) {
     const std::string op = k.at("op").get<std::string>();
-    if (op == "convolution backward weights for x [8, 12, 12, 3], w [16, 3, 3, 3]") first = k.at("impl");
-    if (op == "convolution backward weights for x [8, 12, 12, 16], w [16, 3, 3, 16]") second = k.at("impl");
+    if (op == "convolution backward weights for x [8, 28, 28, 1], w [16, 3, 3, 1]") first = k.at("impl").get<std::string>();
+    if (op == "convolution backward weights for x [8, 28, 28, 16], w [16, 3, 3, 16]") second = k.at("impl").get<std::string>();
   }
   CHECK(first.rfind("gemm:sgemm", 0) == 0);            // stride 1
   CHECK(!second.empty());
