@@ -263,17 +263,19 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 
 // ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
 
-// MPX_CONV_WGRAD: "gemm" or "onednn" forces one kernel; unset or "auto" measures both on the
-// first call of each shape and keeps the faster (docs/cpu-performance.md).
+// MPX_CONV_WGRAD: unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" measures
+// both on the first call of each shape and keeps the faster. Not the default: a choice by
+// timing can differ between processes, and with it the rounding of the weight gradient, which
+// would break the bit-exact resume (docs/cpu-performance.md).
 enum class WgradMode { Auto, Gemm, OneDnn };
 WgradMode wgrad_mode() {
   static const WgradMode m = [] {
     const std::string v = env_string("MPX_CONV_WGRAD");
     if (v == "gemm") return WgradMode::Gemm;
-    if (v == "onednn") return WgradMode::OneDnn;
-    if (!v.empty() && v != "auto")
-      throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected auto, gemm or onednn (or unset it)");
-    return WgradMode::Auto;
+    if (v == "auto") return WgradMode::Auto;
+    if (!v.empty() && v != "onednn")
+      throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected onednn, auto or gemm (or unset it)");
+    return WgradMode::OneDnn;
   }();
   return m;
 }
