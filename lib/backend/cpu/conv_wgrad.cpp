@@ -2,11 +2,11 @@
 // The weight gradient of a stride-1 convolution as GEMMs (docs/cpu-performance.md, "The GEMM
 // weight gradient"). With x zero-padded to rows of Wp = Q + S - 1 pixels and dy laid out on
 // the same rows (zeros in the S - 1 columns past Q), the pixel that filter tap (r, s) pairs
-// with dy's pixel m is x's pixel m + r*Wp + s, for every m of a tile. So each tap's [K, C]
-// slice of dw is one GEMM over the tile, dy_tile^T * x_tile shifted by r*Wp + s, and the
-// zero columns of dy cancel the pixels that wrap into the next row. Each thread builds its
-// tiles (a few image rows) in its own scratch, runs oneDNN's sgemm on them and sums into
-// its own copy of dw; the copies are added at the end.
+// with dy's pixel m is x's pixel m + r*Wp + s, for every m of a tile; the zero columns of dy
+// cancel the pixels that wrap into the next row. So dw = dy_tile^T * [x_tile shifted by each
+// tap], one GEMM per tile. Each thread builds its tiles (a few image rows) in its own
+// scratch, runs oneDNN's sgemm on them and sums into its own copy of dw; the copies are
+// added at the end.
 #include "backend/cpu/conv_wgrad.h"
 
 #include <dnnl.h>
@@ -27,14 +27,14 @@ int64_t row_width(const WgradGeo& g) { return g.Q + g.S - 1; }
 int64_t rows_per_tile(const WgradGeo& g) { return std::clamp<int64_t>(384 / row_width(g), 1, g.P); }
 
 struct ThreadScratch {
-  float *dy, *x, *dw, *db;
+  float *dy, *x, *dw, *db, *cols;
 };
 
 size_t per_thread(const WgradGeo& g) {
   const int64_t wp = row_width(g), rb = rows_per_tile(g);
   const int64_t dy_n = rb * wp * g.K, x_n = ((rb + g.R - 1) * wp + g.S - 1) * g.C;
   auto up16 = [](int64_t n) { return static_cast<size_t>((n + 15) / 16 * 16); };
-  return up16(dy_n) + up16(x_n) + up16(g.K * g.R * g.S * g.C) + up16(g.K);
+  return up16(dy_n) + up16(x_n) + up16(g.K * g.R * g.S * g.C) + up16(g.K) + up16(rb * wp * g.R * g.S * g.C);
 }
 
 ThreadScratch thread_scratch(const WgradGeo& g, float* base, int t) {
@@ -45,6 +45,7 @@ ThreadScratch thread_scratch(const WgradGeo& g, float* base, int t) {
   s.x = s.dy + up16(rb * wp * g.K);
   s.dw = s.x + up16(((rb + g.R - 1) * wp + g.S - 1) * g.C);
   s.db = s.dw + up16(g.K * g.R * g.S * g.C);
+  s.cols = s.db + up16(g.K);
   return s;
 }
 
@@ -83,14 +84,17 @@ void load_x_tile(const WgradGeo& g, const float* x, int64_t n, int64_t p0, int64
   std::memset(tile + rows * wp * g.C, 0, sizeof(float) * static_cast<size_t>((g.S - 1) * g.C));
 }
 
-void gemm_tile(const WgradGeo& g, const float* dy_tile, const float* x_tile, int64_t nb, float* dw) {
-  const int64_t wp = row_width(g), m = nb * wp, ldc = g.R * g.S * g.C;
-  for (int64_t r = 0; r < g.R; ++r)
-    for (int64_t s = 0; s < g.S; ++s) {
-      const dnnl_status_t st = dnnl_sgemm('T', 'N', g.K, g.C, m, 1.0f, dy_tile, g.K, x_tile + (r * wp + s) * g.C, g.C,
-                                          1.0f, dw + (r * g.S + s) * g.C, ldc);
-      MPX_CHECK(st == dnnl_success);
-    }
+/// The tile's R*S shifted copies of x side by side ([m, R*S*C], the columns in dw's r, s, c
+/// order), then one GEMM for every tap: dw [K, R*S*C] += dy_tile^T * that.
+void gemm_tile(const WgradGeo& g, const float* dy_tile, const float* x_tile, int64_t nb, float* cols, float* dw) {
+  const int64_t wp = row_width(g), m = nb * wp, taps = g.R * g.S, ld = taps * g.C;
+  const size_t tap_bytes = sizeof(float) * static_cast<size_t>(g.C);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s)
+        std::memcpy(cols + i * ld + (r * g.S + s) * g.C, x_tile + (i + r * wp + s) * g.C, tap_bytes);
+  const dnnl_status_t st = dnnl_sgemm('T', 'N', g.K, ld, m, 1.0f, dy_tile, g.K, cols, ld, 1.0f, dw, ld);
+  MPX_CHECK(st == dnnl_success);
 }
 
 }  // namespace
@@ -116,7 +120,7 @@ void conv_wgrad_gemm(const WgradGeo& g, const float* x, const float* dy, float* 
       const int64_t n = i / tiles_per_image, p0 = (i % tiles_per_image) * rb, nb = std::min(rb, g.P - p0);
       load_dy_tile(g, dy, n, p0, nb, s.dy, s.db);
       load_x_tile(g, x, n, p0, nb, s.x);
-      gemm_tile(g, s.dy, s.x, nb, s.dw);
+      gemm_tile(g, s.dy, s.x, nb, s.cols, s.dw);
     }
 #pragma omp barrier
     // Sum the threads' copies, each thread a slice of dw (and of db).
