@@ -44,6 +44,14 @@ void run_bench(const BenchArgs& a) {
     j["library"] = r.library;
     j["kernels"] = nlohmann::ordered_json::array();
     for (const auto& k : r.kernels) j["kernels"].push_back({{"op", k.op}, {"impl", k.impl}});
+    // The algorithm, math type and workspace of every cuDNN / cuBLASLt plan (docs/gpu.md).
+    j["plans"] = nlohmann::ordered_json::array();
+    for (const PlanReport& p : r.plans)
+      j["plans"].push_back({{"library", p.library},
+                            {"op", p.op},
+                            {"algo", p.algo},
+                            {"math", p.math},
+                            {"workspace_bytes", p.workspace_bytes}});
     print_json(j);
   } else {
     std::cout << fmt::format("device       {}\n", r.device)

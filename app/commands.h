@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/format.h"
+
 namespace mpx::app {
 
 void add_train_command(CLI::App& app);
@@ -22,6 +24,7 @@ void add_compare_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_config_reference_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 /// The process exit code a command's callback sets (callbacks cannot return one);
 /// main() returns it after a successful parse. Failures that are exceptions
@@ -35,7 +38,7 @@ CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets);
 void print_json(const nlohmann::ordered_json& j);
 
 /// "12.3 MiB" style (binary units).
-std::string format_bytes(size_t bytes);
+using mpx::format_bytes;
 /// MiB as a double.
 double to_mib(size_t bytes);
 /// Local time as YYYYmmdd-HHMMSS (run directory names).

@@ -36,14 +36,6 @@ void print_json(const nlohmann::ordered_json& j) {
   std::cout.flush();
 }
 
-std::string format_bytes(size_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
-  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
-  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
-  return fmt::format("{} B", bytes);
-}
-
 double to_mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 std::string timestamp_now() {

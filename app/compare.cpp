@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "report/html.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -30,6 +31,7 @@ struct CompareArgs {
   std::string run_dir;
   bool no_progress = false;
   bool json = false;
+  std::string report;  // also write the runs as an HTML report (mpx report)
 };
 
 struct Row {
@@ -150,6 +152,12 @@ void run_compare(const CompareArgs& a) {
     std::ofstream out(base + "/compare.json");
     out << arr.dump(2) << '\n';
   }
+  if (!a.report.empty()) {
+    std::vector<std::string> dirs;
+    for (const auto& row : rows) dirs.push_back(base + "/" + row.policy);
+    report::write_report(report::load_runs(dirs), "mpx compare: " + base_cfg.name, a.report);
+    spdlog::info("compare: wrote the report {}", a.report);
+  }
 
   if (a.json) {
     print_json(arr);
@@ -194,6 +202,7 @@ void add_compare_command(CLI::App& app) {
                   "Parent of the per-policy run directories (default: runs/compare-<name>-<timestamp>)");
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->add_flag("--json", a->json, "Print one JSON array (an object per policy) on stdout");
+  cmd->add_option("--report", a->report, "Also write the runs as one HTML report (as mpx report does) to this file");
   cmd->callback([a] { run_compare(*a); });
 }
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/versions.h"
 #include "commands.h"
 #include "config/config.h"
 #include "core/error.h"
@@ -94,6 +95,9 @@ void run_devices(bool json) {
       "world size {}, rank {} (local rank {}), device {}{}; MPI {}, NCCL {}", world_size, rank, local_rank,
       rank_device, comm ? "" : " (this mpx was built without MPI: `mpx train` would refuse this job)",
       built_with_mpi() ? "built in" : "not built in", built_with_nccl() ? "built in" : "not built in");
+  CudaLibraryVersions versions = cuda_library_versions();
+  add_nccl_versions(versions);
+  const std::string cudnn_warning = cudnn_version_warning(versions.cudnn_built, versions.cudnn);
   const std::string no_gpu_line =
       built_with_cuda ? "no CUDA device found" : "no CUDA device: this mpx was built without CUDA";
 
@@ -125,6 +129,18 @@ void run_devices(bool json) {
                            {"auto_policy", policy_name(p)},
                            {"auto_reason", reason}});
     }
+    if (built_with_cuda)
+      j["libraries"] = {{"driver", format_cuda_version(versions.driver)},
+                        {"runtime", format_cuda_version(versions.runtime)},
+                        {"runtime_built", format_cuda_version(versions.runtime_built)},
+                        {"cudnn", format_cudnn_version(versions.cudnn)},
+                        {"cudnn_built", format_cudnn_version(versions.cudnn_built)},
+                        {"cublaslt", format_library_version(versions.cublaslt)},
+                        {"cublaslt_built", format_library_version(versions.cublaslt_built)},
+                        {"nccl", versions.nccl_built ? format_library_version(versions.nccl) : "not built in"},
+                        {"nccl_built", versions.nccl_built ? format_library_version(versions.nccl_built)
+                                                           : "not built in"},
+                        {"warning", cudnn_warning}};
     j["dist"] = {{"world_size", world_size}, {"rank", rank}, {"local_rank", local_rank},
                  {"device", rank_device}, {"mpi", built_with_mpi()}, {"nccl", built_with_nccl()}};
     if (gpus.empty()) j["note"] = no_gpu_line;
@@ -145,6 +161,10 @@ void run_devices(bool json) {
                            cpu_reason.empty() ? "" : " (" + cpu_reason + ")");
   if (gpus.empty()) {
     std::cout << '\n' << no_gpu_line << '\n';
+  }
+  if (built_with_cuda) {
+    std::cout << "\nlibraries: " << describe_versions(versions) << '\n';
+    if (!cudnn_warning.empty()) std::cout << "  warning: " << cudnn_warning << '\n';
   }
   std::cout << "\ndistributed: " << dist_line << '\n';
   for (const auto& d : gpus) {

@@ -3,6 +3,7 @@
 // object with nothing that varies between runs, so equal weights print equal text.
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <iostream>
 
@@ -22,6 +23,7 @@ struct EvalArgs {
   std::string weights;  // safetensors file instead of a checkpoint (needs --config)
   std::vector<std::string> sets;
   bool json = false;
+  bool no_progress = false;
 };
 
 bool is_dir(const std::string& p) {
@@ -52,7 +54,9 @@ void run_eval(const EvalArgs& a) {
   if (!a.weights.empty() && a.config.empty()) throw ConfigError("eval: --weights needs --config");
   const std::string config = a.config.empty() ? config_of_checkpoint(a.checkpoint) : a.config;
   const Config cfg = load_config(config, a.sets);
-  const EvalResult r = a.weights.empty() ? evaluate_checkpoint(cfg, a.checkpoint) : evaluate_weights(cfg, a.weights);
+  const bool progress = !a.no_progress && ::isatty(STDERR_FILENO) != 0;
+  const EvalResult r = a.weights.empty() ? evaluate_checkpoint(cfg, a.checkpoint, progress)
+                                         : evaluate_weights(cfg, a.weights, progress);
   if (a.json) {
     nlohmann::ordered_json j;
     j["loss"] = r.loss;  // shortest text that round-trips the double
@@ -85,6 +89,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_flag("--json", a->json,
                 "Print one JSON object {loss, accuracy, count, policy} on stdout (no timings: "
                 "equal weights print equal text)");
+  cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->callback([a] { run_eval(*a); });
 }
 

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/live_line.h"
 #include "train/trainer.h"
 
 namespace {
@@ -40,6 +41,7 @@ class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
       case spdlog::level::critical: prefix = "critical: "; color = "\033[1;31m"; break;
       default: break;
     }
+    mpx::live_line::clear();  // a log line never starts in the middle of the progress line
     const bool paint = color_ && *color != '\0';
     std::fprintf(stderr, "%s%s%s%.*s\n", paint ? color : "", prefix, paint ? "\033[0m" : "",
                  static_cast<int>(msg.payload.size()), msg.payload.data());
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
   mpx::app::add_eval_command(app);
   mpx::app::add_bench_command(app);
   mpx::app::add_compare_command(app);
+  mpx::app::add_report_command(app);
   mpx::app::add_validate_command(app);
   mpx::app::add_devices_command(app);
   mpx::app::add_export_command(app);

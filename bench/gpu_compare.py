@@ -9,7 +9,7 @@ net in PyTorch (eager, channels_last, cudnn.benchmark=True; float32 with TF32
 off like mpx; autocast + GradScaler for float16; bf16 autocast), the same
 optimizer, random data already on the GPU. Prints a table last and writes JSON.
 
-    python3 bench/gpu_compare.py --mpx build-gpu/app/mpx --out $OUT/gpu_compare.json
+    python3 bench/gpu_compare.py --mpx gpu-bundle/app/mpx --out $OUT/gpu_compare.json
 """
 import argparse
 import json
@@ -185,7 +185,7 @@ def run_torch(config, policy, batch, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mpx", default="build-gpu/app/mpx")
+    ap.add_argument("--mpx", default="gpu-bundle/app/mpx")
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)

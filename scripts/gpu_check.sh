@@ -1,135 +1,260 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Everything a GPU lease runs, in one call, within about 9 minutes, on a machine
-# with an NVIDIA GPU, the CUDA 13 runtime and PyTorch but without the build
-# dependencies (yaml-cpp, spdlog, fmt, CLI11, Catch2, oneDNN): the build is made
-# beforehand by scripts/gpu_bundle.sh and carried (build-gpu, with its lib/ of
-# shared libraries and data-mirror/ of MNIST).
+# The GPU check, in stages that each fit one device call (limit 600 s) with room
+# to spare, on a machine with an NVIDIA GPU, the CUDA 13 runtime and PyTorch but
+# without mpx's build dependencies: the build is made beforehand by
+# scripts/gpu_bundle.sh and carried (gpu-bundle). docs/gpu.md "The staged GPU check".
 #
-#   scripts/gpu_check.sh [build-dir]     (default build-gpu)
+#   scripts/gpu_check.sh [--build DIR] STAGE...      (DIR default gpu-bundle)
 #
-# Steps: build/bundle checks; nvidia-smi; mpx devices; mpx_cuda_tests;
-# compute-sanitizer memcheck over 5 training steps; one MNIST epoch per policy;
-# bench/gpu_compare.py (mpx vs PyTorch AMP, table last). Logs and JSON go to
-# $OUT when it is set (the device tool brings them back), else to gpu-check-out/.
-# Exit 0 when every step passed, 1 when one failed, 77 when there is no GPU
-# (after the build/bundle checks).
+#   probe   (budget 240 s) host, nvidia-smi, driver/runtime/library versions, ldd of the
+#           carried binaries, whether the carried mpx starts, `mpx devices --json`;
+#           stops with "no GPU" (exit 77) where there is none
+#   tests   (480 s) every CUDA test case in its own process with its own time limit,
+#           cheap to expensive; compute-sanitizer reruns only the first failing cases
+#   train   (420 s) 20 steps of the smoke net on synthetic data under each policy, with and without
+#           train.cuda_graph (the summary of each run goes into results.jsonl)
+#   bench   (540 s, a call of its own) mpx bench with and without the graph, then
+#           bench/gpu_compare.py (mpx against PyTorch AMP)
+#   build   (540 s) the fallback: configure and build mpx there with its CMake and nvcc
+#           from the carried prefix of the non-CUDA dependencies; in the same call,
+#           then: scripts/gpu_check.sh --build build-gpu-local probe tests
+#
+# Each stage appends to $OUT (else gpu-check-out/) as it goes: gpu_check.log (all output)
+# and results.jsonl (one JSON object per step), so a call that times out keeps everything
+# before it. Exit 0 when every step passed, 1 when one failed, 77 when there is no GPU.
+# MPX_STAGE_BUDGET_S overrides every stage's budget; MPX_CALL_BUDGET_S (default 540) bounds
+# the whole invocation, so `probe tests train` in one device call ends inside its 600 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/gpu_check_lib.sh
+source scripts/gpu_check_lib.sh
 
-BUILD_DIR=${1:-build-gpu}
+BUILD_DIR=gpu-bundle
+if [[ ${1:-} == --build ]]; then
+  BUILD_DIR=$2
+  shift 2
+fi
+if [[ $# -eq 0 ]]; then
+  sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 2
+fi
 OUT_DIR=${OUT:-gpu-check-out}
 mkdir -p "$OUT_DIR"
-RUNS=$(mktemp -d /tmp/mpx-gpu-check.XXXXXX)
 LOG="$OUT_DIR/gpu_check.log"
-: >"$LOG"
-failed=()
-
-say() { echo "== $*" | tee -a "$LOG"; }
-# step NAME TIMEOUT_S CMD...: runs one step with a time limit, records a failure.
-step() {
-  local name=$1 limit=$2
-  shift 2
-  say "$name"
-  local t0=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$LOG"
-  local rc=${PIPESTATUS[0]}
-  echo "-- $name: rc=$rc, $((SECONDS - t0)) s" | tee -a "$LOG"
-  if [[ $rc -ne 0 ]]; then failed+=("$name (rc $rc)"); fi
-  return "$rc"
-}
-
-# ---- build / bundle checks (run anywhere) ------------------------------------------
+JSONL="$OUT_DIR/results.jsonl"
+FAILED=()
+SECONDS=0
+CALL_BUDGET=${MPX_CALL_BUDGET_S:-540}
+STAGE=""
+CARRIED_LIBS=""
+RUNS=$(mktemp -d /tmp/mpx-gpu-check.XXXXXX)
 MPX="$BUILD_DIR/app/mpx"
 TESTS="$BUILD_DIR/tests/mpx_cuda_tests"
-for b in "$MPX" "$TESTS"; do
-  if [[ ! -x $b ]]; then
-    echo "gpu_check: $b is missing; build it first with scripts/gpu_bundle.sh $BUILD_DIR" | tee -a "$LOG"
-    exit 1
+
+setup_paths() {
+  CARRIED_LIBS=$(unpack_libs "$BUILD_DIR")
+  local cuda
+  cuda=$(cuda_lib_path)
+  export LD_LIBRARY_PATH="$CARRIED_LIBS${cuda:+:$cuda}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+begin_stage() {
+  STAGE=$1
+  STAGE_T0=$SECONDS
+  STAGE_BUDGET=${MPX_STAGE_BUDGET_S:-$2}
+  say "stage $STAGE (budget ${STAGE_BUDGET} s), $(date -u +%FT%TZ), build $BUILD_DIR"
+}
+
+need_gpu() {
+  if ! has_gpu; then
+    note "gpu_check: no GPU here (nvidia-smi is missing or lists none): stage $STAGE not run"
+    jline name="$STAGE" status=no_gpu
+    finish 77
   fi
-done
+}
 
-# Carried libraries first, then CUDA's, then the CUDA libraries of the PyTorch wheels
-# (cuDNN 9 and cuBLAS for CUDA 13 come with torch's nvidia-* packages).
-libs="$PWD/$BUILD_DIR/lib"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d $d ]] && libs="$libs:$d"
-done
-if command -v python3 >/dev/null 2>&1; then
-  py_libs=$(python3 - <<'PY' 2>/dev/null
-import glob, os
-try:
-    import nvidia
-    roots = list(nvidia.__path__)
-except Exception:
-    roots = []
-print(":".join(sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "*", "lib", "*.so*"))})))
-PY
-)
-  [[ -n $py_libs ]] && libs="$libs:$py_libs"
-fi
-export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+stage_probe() {
+  begin_stage probe 240
+  note "host: $(uname -srm); $(grep -s '^PRETTY_NAME=' /etc/os-release | cut -d= -f2 | tr -d '"'); $(ldd --version 2>&1 | head -1); $(nproc) cores"
+  jline name=host kernel="$(uname -r)" os="$(grep -s '^PRETTY_NAME=' /etc/os-release | cut -d= -f2 | tr -d '"')" \
+    glibc="$(ldd --version 2>&1 | head -1)" cores="$(nproc)"
+  local b
+  for b in "$MPX" "$TESTS"; do
+    if [[ ! -x $b ]]; then
+      note "gpu_check: $b is missing: build the bundle with scripts/gpu_bundle.sh (or run stage build here)"
+      jline name=bundle status=failed reason="$b missing"
+      exit 1
+    fi
+  done
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    info_step "nvidia-smi" 30 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+  else
+    note "nvidia-smi: not installed"
+    jline name=nvidia-smi status=missing
+  fi
+  if command -v python3 >/dev/null 2>&1; then
+    info_step "PyTorch and its CUDA libraries" 90 python3 -c 'import json, torch; print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}))'
+    [[ $STEP_RC -eq 0 ]] && jline name=torch_versions value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
+  fi
+  local d lib where libs=()
+  IFS=: read -r -a libs <<<"$LD_LIBRARY_PATH"
+  for lib in libcudart.so.13 libcudnn.so.9 libcublasLt.so.13 libcublas.so.13 libnccl.so.2; do
+    where=""
+    for d in "${libs[@]}"; do [[ -n $d && -e $d/$lib ]] && { where=$d/$lib; break; }; done
+    [[ -z $where ]] && where=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    note "library $lib: ${where:-not found}"
+    jline name="library $lib" path="${where:-not found}"
+  done
+  local missing
+  missing=$(ldd "$MPX" "$TESTS" 2>&1 | grep "not found" | sort -u | tr -s ' \t' ' ')
+  note "ldd of the carried binaries: ${missing:-every library found}"
+  jline name=ldd status="$([[ -z $missing ]] && echo passed || echo failed)" missing="$missing"
+  [[ -n $missing ]] && FAILED+=("ldd")
+  if step "the carried mpx starts (mpx --version)" 30 "$MPX" --version; then
+    jline name=binary_starts value=true
+  else
+    note "gpu_check: the carried mpx does NOT start here (above). Fallback: scripts/gpu_check.sh build, then"
+    note "           scripts/gpu_check.sh --build build-gpu-local probe tests (in the same device call)"
+    jline name=binary_starts value=false
+  fi
+  step "mpx devices --json" 60 "$MPX" devices --json
+  [[ $STEP_RC -eq 0 ]] && jline name=devices value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
+  # Catch2 exits with the number of test cases listed: the list itself is the verdict.
+  say "mpx_cuda_tests --list-test-names-only"
+  local n_cases
+  timeout -k 5 30 "$TESTS" --list-test-names-only >>"$LOG" 2>&1
+  n_cases=$(timeout -k 5 30 "$TESTS" --list-test-names-only 2>/dev/null | grep -c '^\(cuda\|nccl\):')
+  note "$n_cases CUDA test cases"
+  jline name="CUDA test cases" value="$n_cases"
+  if ((n_cases == 0)); then
+    note "gpu_check: mpx_cuda_tests lists no test case"
+    FAILED+=("mpx_cuda_tests lists no test case")
+  fi
+  if ! has_gpu; then
+    note "gpu_check: no GPU here: the probe above is all that runs; stopping (exit 77)"
+    jline name=gpu status=no_gpu
+    finish 77
+  fi
+}
 
-say "bundle: shared libraries of the binaries"
-missing=$(ldd "$MPX" "$TESTS" 2>&1 | grep "not found" | sort -u)
-if [[ -n $missing ]]; then
-  echo "$missing" | tee -a "$LOG"
-  echo "gpu_check: libraries not found (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)" | tee -a "$LOG"
-  failed+=("bundle libraries")
-fi
-step "mpx --version" 30 "$MPX" --version
+# Cheap to expensive: plain kernels, fused passes, cuDNN/cuBLASLt ops, graphs, NCCL, trainings
+# (the first pattern that matches wins).
+case_rank() {
+  case $1 in
+    *"batch norm"*) echo 2 ;;
+    *training* | *train.sync*) echo 5 ;;
+    nccl:*) echo 4 ;;
+    *graph* | *Graph* | *captured*) echo 3 ;;
+    *conv2d* | *dense* | *activation* | *model* | *algorithm* | *deterministic*) echo 2 ;;
+    *"device info"* | *"fill and copy"* | *casts* | *normalize_input* | *"stats ("* | *"library versions"*) echo 0 ;;
+    *) echo 1 ;;
+  esac
+}
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  say "no GPU here (nvidia-smi is missing or finds no device): the build/bundle checks above are all this script can do; stopping"
-  "$TESTS" | tee -a "$LOG"   # prints "skipped: no CUDA device" and exits 77
-  [[ ${#failed[@]} -eq 0 ]] || { echo "failed: ${failed[*]}" | tee -a "$LOG"; exit 1; }
-  exit 77
-fi
+# The Catch2 test spec that selects exactly the test case named $1: its commas, brackets,
+# quotes and backslashes escaped.
+case_spec() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//,/\\,}
+  s=${s//[/\\[}
+  s=${s//]/\\]}
+  s=${s//\"/\\\"}
+  printf '%s' "$s"
+}
 
-# ---- on the GPU ---------------------------------------------------------------------
-step "nvidia-smi" 30 nvidia-smi
-step "mpx devices" 30 "$MPX" devices
-
-step "mpx_cuda_tests" 240 "$TESTS" --durations yes
-
-say "compute-sanitizer memcheck over 5 training steps (synthetic data)"
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  step "compute-sanitizer memcheck" 150 compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no \
-    "$MPX" train --config configs/mnist_smoke.yaml --run-dir "$RUNS/sanitizer" --no-progress \
-    --set device=cuda --set data.dataset=synthetic --set train.max_steps=5 --set train.log_every=1
-else
-  echo "compute-sanitizer not found: step skipped" | tee -a "$LOG"
-fi
-
-# One epoch of MNIST per policy, from the carried mirror (data_scripts/get_mnist.sh verifies it).
-MIRROR="$BUILD_DIR/data-mirror"
-if [[ -d $MIRROR/mnist ]]; then
-  if step "fetch MNIST from the carried mirror" 60 env MPX_DATA_MIRROR="$PWD/$MIRROR" \
-      data_scripts/get_mnist.sh "$RUNS/data/mnist"; then
-    for policy in float32 mixed_float16 mixed_bfloat16; do
-      step "MNIST one epoch, $policy" 90 "$MPX" train --config configs/mnist.yaml --run-dir "$RUNS/mnist-$policy" \
-        --no-progress --set device=cuda --set policy="$policy" --set train.epochs=1 --set data.path="$RUNS/data/mnist"
-      [[ -f $RUNS/mnist-$policy/summary.json ]] && cp "$RUNS/mnist-$policy/summary.json" "$OUT_DIR/mnist-$policy.json"
+stage_tests() {
+  begin_stage tests 480
+  need_gpu
+  local names name rank limit failed_cases=()
+  names=$("$TESTS" --list-test-names-only 2>/dev/null | sed -n 's/^\(cuda\|nccl\):/&/p')
+  local ordered
+  ordered=$(while IFS= read -r name; do [[ -n $name ]] && printf '%s\t%s\n' "$(case_rank "$name")" "$name"; done <<<"$names" |
+    sort -s -t$'\t' -k1,1n | cut -f2-)
+  note "$(echo "$ordered" | grep -c .) CUDA test cases, cheap to expensive"
+  while IFS= read -r name; do
+    [[ -z $name ]] && continue
+    rank=$(case_rank "$name")
+    limit=${MPX_CASE_TIMEOUT_S:-$((rank >= 4 ? 150 : 90))}
+    step "case: $name" "$limit" "$TESTS" "$(case_spec "$name")" --durations yes
+    [[ $STEP_RC -ne 0 && $STEP_RC -ne 77 && $STEP_RC -ne 125 ]] && failed_cases+=("$name")
+  done <<<"$ordered"
+  if ((${#failed_cases[@]} > 0)) && command -v compute-sanitizer >/dev/null 2>&1; then
+    for name in "${failed_cases[@]:0:2}"; do
+      step "compute-sanitizer memcheck: $name" 150 env MPX_TEST_CUDA_WORKSPACE_MB=32 \
+        compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no "$TESTS" "$(case_spec "$name")"
     done
   fi
-else
-  echo "no MNIST mirror in $MIRROR (run scripts/gpu_bundle.sh): MNIST epochs skipped" | tee -a "$LOG"
-fi
+}
 
-# The full-batch step replayed as a CUDA graph (train.cuda_graph, off by default until proven):
-# images/s with and without it, on random inputs of CIFAR's shape.
-for graph in false true; do
-  step "mpx bench CIFAR ResNet mixed_bfloat16 batch 512, cuda_graph $graph" 90 "$MPX" bench \
-    --config configs/cifar10_resnet.yaml --set device=cuda --set policy=mixed_bfloat16 --set data.batch_size=512 \
-    --set data.path=/nonexistent --set train.cuda_graph=$graph --steps 30 --warmup 5 --json
+stage_train() {
+  begin_stage train 420
+  need_gpu
+  local policy graph run s
+  for policy in float32 mixed_float16 mixed_bfloat16; do
+    for graph in false true; do
+      run="$RUNS/train-$policy-graph-$graph"
+      step "train 20 steps $policy cuda_graph=$graph" 60 "$MPX" train --config configs/mnist_smoke.yaml \
+        --run-dir "$run" --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
+        --set train.max_steps=20 --set train.log_every=5 --set train.cuda_graph=$graph
+      if [[ -f $run/summary.json ]]; then
+        s=$(tr -d '\n' <"$run/summary.json")
+        jline name="summary $policy cuda_graph=$graph" value="$s"
+      fi
+      if [[ $STEP_RC -ne 0 && $STEP_RC -ne 125 ]] && command -v compute-sanitizer >/dev/null 2>&1 &&
+         [[ -z ${SANITIZED_TRAIN:-} ]]; then
+        SANITIZED_TRAIN=1
+        step "compute-sanitizer memcheck: 3 steps $policy cuda_graph=$graph" 150 compute-sanitizer --tool memcheck \
+          --error-exitcode 9 --leak-check no "$MPX" train --config configs/mnist_smoke.yaml --run-dir "$run-sanitizer" \
+          --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
+          --set train.max_steps=3 --set train.log_every=1 --set train.cuda_graph=$graph --set cuda.workspace_mb=32
+      fi
+    done
+  done
+}
+
+stage_bench() {
+  begin_stage bench 540
+  need_gpu
+  local graph
+  for graph in false true; do
+    step "mpx bench CIFAR ResNet mixed_bfloat16 batch 512 cuda_graph=$graph" 90 "$MPX" bench \
+      --config configs/cifar10_resnet.yaml --set device=cuda --set policy=mixed_bfloat16 --set data.batch_size=512 \
+      --set data.path=/nonexistent --set train.cuda_graph=$graph --steps 30 --warmup 5 --json
+    [[ $STEP_RC -eq 0 ]] && jline name="bench cuda_graph=$graph" value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
+  done
+  step "bench/gpu_compare.py (mpx against PyTorch, batch 512)" "$(budget_left)" env PYTHONUNBUFFERED=1 \
+    python3 bench/gpu_compare.py --mpx "$MPX" --out "$OUT_DIR/gpu_compare.json"
+}
+
+stage_build() {
+  begin_stage build 540
+  step "fallback build (scripts/gpu_fallback_build.sh)" "$(budget_left)" scripts/gpu_fallback_build.sh "$BUILD_DIR"
+}
+
+finish() {
+  rm -rf "$RUNS" "${CARRIED_LIBS:-}"
+  local rc=${1:-0}
+  if ((${#FAILED[@]} > 0)); then
+    note "gpu_check: FAILED: ${FAILED[*]}"
+    jline name=end status=failed failed="${FAILED[*]}"
+    exit 1
+  fi
+  jline name=end status="$([[ $rc -eq 77 ]] && echo no_gpu || echo passed)"
+  [[ $rc -eq 0 ]] && note "gpu_check: every step passed"
+  exit "$rc"
+}
+
+setup_paths
+for s in "$@"; do
+  case $s in
+    probe) stage_probe ;;
+    tests) stage_tests ;;
+    train) stage_train ;;
+    bench) stage_bench ;;
+    build) stage_build ;;
+    *) note "gpu_check: unknown stage '$s' (probe, tests, train, bench, build)"; exit 2 ;;
+  esac
 done
-
-step "bench/gpu_compare.py (mpx vs PyTorch, batch 512)" 300 env PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py \
-  --mpx "$MPX" --out "$OUT_DIR/gpu_compare.json"
-
-rm -rf "$RUNS"
-if [[ ${#failed[@]} -gt 0 ]]; then
-  echo "gpu_check: FAILED: ${failed[*]}" | tee -a "$LOG"
-  exit 1
-fi
-echo "gpu_check: all steps passed" | tee -a "$LOG"
+finish 0

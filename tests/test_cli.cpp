@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -344,6 +345,9 @@ TEST_CASE("bench --json has every key", "[cli][bench]") {
   CHECK(j.at("step_ms_min").get<double>() <= j.at("step_ms_max").get<double>());
   CHECK(j.at("batch_size") == 32);
   CHECK(j.at("device") == "cpu");
+  REQUIRE(j.contains("plans"));  // the CUDA backend's cuDNN / cuBLASLt plans; none on the CPU
+  CHECK(j.at("plans").is_array());
+  CHECK(j.at("plans").empty());
 }
 
 TEST_CASE("validate prints the resolved config and the model summary with dtypes", "[cli][validate]") {
@@ -374,6 +378,19 @@ TEST_CASE("devices lists the CPU and says whether there is a CUDA device", "[cli
   json d;
   REQUIRE_NOTHROW(d = json::parse(j.out));
   CHECK(d.at("cpu").at("threads").get<int>() > 0);
+  if (d.at("cuda_built").get<bool>()) {  // the library versions (docs/gpu.md), built with and loaded
+    REQUIRE(d.contains("libraries"));
+    const json& l = d.at("libraries");
+    for (const char* k : {"cudnn_built", "cublaslt_built"}) {
+      INFO(k << " = " << l.at(k));
+      CHECK(std::regex_match(l.at(k).get<std::string>(), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
+    }
+    CHECK(std::regex_match(l.at("runtime_built").get<std::string>(), std::regex("[0-9]+\\.[0-9]+")));
+    CHECK(l.at("warning").is_string());
+    CHECK(r.out.find("libraries: CUDA driver ") != std::string::npos);
+  } else {
+    CHECK_FALSE(d.contains("libraries"));
+  }
   if (mpx::cuda_device_count() == 0) {
     CHECK(r.out.find("no CUDA device") != std::string::npos);
     CHECK(d.at("cuda").empty());

@@ -199,5 +199,25 @@ TEST_CASE("schema: dist and cuda keys (defaults, ranges, values)", "[config][sch
         "x.yaml:3:27: dist.overlap_allreduce: expected one of auto | on | off, got 'always'");
   CHECK(error_of("cuda: {workspace: 1}\n") ==
         "x.yaml:3:8: cuda.workspace: unknown key in the cuda section; did you mean 'workspace_mb'? (valid keys: "
-        "workspace_mb)");
+        "workspace_mb, conv_algo, deterministic)");
+}
+
+TEST_CASE("schema: cuda.conv_algo and cuda.deterministic (defaults: heuristic, false)", "[config][schema]") {
+  const std::string base = "data: {dataset: mnist}\nmodel: {layers: [{type: dense, units: 10}]}\n";
+  const Config d = parse_config(base, "x.yaml");
+  CHECK(d.cuda.conv_algo == ConvAlgo::Heuristic);
+  CHECK_FALSE(d.cuda.deterministic);
+  const Config c = parse_config(base + "cuda: {conv_algo: search, deterministic: true}\n", "x.yaml");
+  CHECK(c.cuda.conv_algo == ConvAlgo::Search);
+  CHECK(c.cuda.deterministic);
+  const Config r = parse_config(to_yaml(c), "y.yaml");  // the resolved config.yaml keeps them
+  CHECK(r.cuda.conv_algo == ConvAlgo::Search);
+  CHECK(r.cuda.deterministic);
+  CHECK(parse_config(base, "x.yaml", {"cuda.conv_algo=heuristic"}).cuda.conv_algo == ConvAlgo::Heuristic);
+  try {
+    parse_config(base + "cuda: {conv_algo: fastest}\n", "x.yaml");
+    FAIL("conv_algo: fastest was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) == "x.yaml:3:19: cuda.conv_algo: expected one of heuristic | search, got 'fastest'");
+  }
 }

@@ -75,9 +75,12 @@ struct Net {
 
   explicit Net(uint64_t seed) {
     Rng rng(seed);
+    // Random values in every parameter; the arenas' alignment gaps stay zero, as in any model.
     std::vector<float> m(static_cast<size_t>(model.num_params())), s(static_cast<size_t>(model.num_state()));
-    for (auto& v : m) v = static_cast<float>(rng.uniform(-1, 1));
-    for (auto& v : s) v = static_cast<float>(rng.uniform(0.1, 2));
+    for (const ParamInfo& p : model.params())
+      for (int64_t i = 0; i < p.shape.numel(); ++i)
+        (p.trainable ? m : s)[static_cast<size_t>(p.offset + i)] =
+            static_cast<float>(p.trainable ? rng.uniform(-1, 1) : rng.uniform(0.1, 2));
     be->upload(model.master(), m.data());
     be->upload(model.state(), s.data());
   }

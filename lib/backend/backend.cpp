@@ -234,4 +234,9 @@ TensorStats Backend::stats(const Tensor& x) {
   return stats_impl(x);
 }
 
+Support Backend::supports_conv2d(const Conv2dParams&, const Shape&, const Shape&, DType t) {
+  if (supports(Op::Conv2d, t)) return {};
+  return {false, std::string("conv2d has no ") + dtype_name(t) + " kernels on " + info().name};
+}
+
 }  // namespace mpx

@@ -146,6 +146,21 @@ struct KernelChoice {
   std::string impl;  // the library's name for it, e.g. "brgconv:avx2"
 };
 
+/// Whether a backend can run an op with given shapes, and why not (supports_conv2d).
+struct Support {
+  bool ok = true;
+  std::string reason;  // empty when ok
+};
+
+/// One cuDNN / cuBLASLt plan as the CUDA backend chose it (`mpx bench --json`; docs/gpu.md).
+struct PlanReport {
+  std::string library;  // "cudnn" or "cublaslt"
+  std::string op;       // the op, its dtype and shapes
+  std::string algo;     // the algorithm
+  std::string math;     // the math type
+  size_t workspace_bytes = 0;
+};
+
 /// Operation groups for supports() (ggml's supports_op): callers and tests ask before dispatching.
 enum class Op : uint8_t {
   Cast, NormalizeInput, Conv2d, Dense, BiasAdd, Activation, Pool, GlobalAvgPool,
@@ -170,6 +185,14 @@ class Backend {
   // ---- device --------------------------------------------------------------
   virtual DeviceInfo info() const = 0;
   virtual bool supports(Op op, DType t) const = 0;
+  /// Whether conv2d (forward and both backward passes) runs with these shapes (x [N,H,W,C],
+  /// w [K,R,S,C]) in compute dtype t. The model asks once per conv layer when it is built, so
+  /// that a policy the device cannot run stops at start (exit 2) with the reason. The CUDA
+  /// backend answers from a probe of cuDNN, once per shape; the default is supports(Conv2d, t).
+  virtual Support supports_conv2d(const Conv2dParams& p, const Shape& x, const Shape& w, DType t);
+  /// The library plans chosen so far (the CUDA backend's cuDNN algorithms and cuBLASLt
+  /// matmuls); empty on the CPU.
+  virtual std::vector<PlanReport> plans() const { return {}; }
   /// Waits for all queued work (no-op on the CPU).
   virtual void synchronize() = 0;
   /// The compute library this backend runs on, with its version and where it was loaded
@@ -329,6 +352,10 @@ class Backend {
   bool graph_begin_capture();
   /// Ends the capture; returns the graph's id for graph_launch.
   int graph_end_capture();
+  /// Ends a capture without keeping it (its partial graph is dropped and the stream works
+  /// again); nothing happens without an open capture. Never throws: GraphCapture
+  /// (graph_capture.h) calls it while an exception unwinds.
+  void graph_abort_capture() noexcept { graph_abort_capture_impl(); }
   /// Replays graph `id` (the captured ops, on the same buffers).
   void graph_launch(int id);
   /// Whether graph_begin_capture can work here (CUDA without MPX_CUDA_SYNC_DEBUG).
@@ -412,6 +439,7 @@ class Backend {
   virtual void release_staged_impl(int slot) = 0;
   virtual bool graph_begin_capture_impl() { return false; }
   virtual int graph_end_capture_impl() { return -1; }
+  virtual void graph_abort_capture_impl() noexcept {}
   virtual void graph_launch_impl(int /*id*/) {}
 
   MemoryStats mem_;
@@ -421,7 +449,25 @@ class Backend {
 struct BackendOptions {
   /// Budget of the cuDNN/cuBLASLt workspace on a GPU (cuda.workspace_mb); unused on the CPU.
   size_t cuda_workspace_bytes = size_t{512} << 20;
+  /// cuda.conv_algo: measure the convolution algorithms (search) instead of taking cuDNN's
+  /// heuristic ranking (the default, repeatable from run to run).
+  bool cuda_conv_search = false;
+  /// cuda.deterministic: deterministic convolution algorithms only.
+  bool cuda_deterministic = false;
 };
+
+/// Versions of the CUDA libraries: those this mpx was built against and those loaded at run
+/// time (cuDNN, cuBLASLt and NCCL encode major*10000 + minor*100 + patch from cuDNN 9 and
+/// cuBLAS 12 on; the driver and runtime 1000*major + 10*minor). 0 = unknown / not present.
+struct CudaLibraryVersions {
+  int driver = 0, runtime = 0, runtime_built = 0;
+  int cudnn = 0, cudnn_built = 0;
+  int cublaslt = 0, cublaslt_built = 0;
+  int nccl = 0, nccl_built = 0;  // filled by lib/dist (nccl_versions())
+};
+
+/// The versions on this machine (all zero without CUDA; runtime versions zero without a driver).
+CudaLibraryVersions cuda_library_versions();
 
 /// @brief Creates a backend from a device string: "cpu", "cuda", "cuda:N".
 /// ("auto" is resolved by the caller with cuda_device_count().) Throws ConfigError

@@ -13,6 +13,7 @@ std::unique_ptr<Backend> create_cpu_backend();
 std::unique_ptr<Backend> create_cuda_backend(int device, const BackendOptions& options);
 int cuda_device_count_impl();
 std::vector<DeviceInfo> cuda_devices_impl();
+CudaLibraryVersions cuda_library_versions_impl();
 #endif
 
 std::unique_ptr<Backend> create_backend(const std::string& device, [[maybe_unused]] const BackendOptions& options) {
@@ -51,6 +52,14 @@ int cuda_device_count() {
 std::vector<DeviceInfo> cuda_devices() {
 #if MPX_WITH_CUDA
   return cuda_devices_impl();
+#else
+  return {};
+#endif
+}
+
+CudaLibraryVersions cuda_library_versions() {
+#if MPX_WITH_CUDA
+  return cuda_library_versions_impl();
 #else
   return {};
 #endif

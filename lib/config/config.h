@@ -121,6 +121,8 @@ struct TrainConfig {
   EvalPolicy eval_policy = EvalPolicy::Same;
   int64_t checkpoint_every = 1;
   int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
+  /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
+  bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step
   /// skip diagnostics), Log (the loss scale, verdicts and metrics stay on the device and are
   /// read every log_every steps: no host synchronisation in the step), Auto (Log on a GPU
@@ -152,6 +154,10 @@ struct DistConfig {
 /// The CUDA backend.
 struct CudaConfig {
   int64_t workspace_mb = 512;  // cuDNN / cuBLASLt workspace budget
+  /// How convolution algorithms are chosen: cuDNN's heuristic ranking (repeatable) or by
+  /// measuring them (search; may differ from run to run).
+  ConvAlgo conv_algo = ConvAlgo::Heuristic;
+  bool deterministic = false;  // deterministic convolution algorithms only
 };
 
 struct Config {

@@ -157,6 +157,7 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(train.eval_policy, Enum<EvalPolicy>(), "evaluate under the training policy or float32"),
     MPX_KEY(train.checkpoint_every, Int(1, kI64Max), "epochs between checkpoints"),
     MPX_KEY(train.max_steps, Int(0, kI64Max), "stop after this many steps (0 = no limit)"),
+    MPX_KEY(train.tensorboard, Bool(), "write TensorBoard event files under <run dir>/tensorboard"),
     MPX_KEY(train.sync, Enum<SyncMode>(),
       "when the host reads the loss and skip verdict: every step, or every log_every steps (auto: log on one GPU)"),
     MPX_KEY(train.cuda_graph, Bool(), "replay the steady-state step as a CUDA graph (GPU, sync log)"),
@@ -171,6 +172,9 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(dist.bucket_bytes, Int(4, kI64Max), "smallest bucket of the overlapped all-reduce, in bytes"),
 
     MPX_KEY(cuda.workspace_mb, Int(0, kMaxWorkspaceMb), "cuDNN / cuBLASLt workspace budget in MiB"),
+    MPX_KEY(cuda.conv_algo, Enum<ConvAlgo>(),
+      "convolution algorithms: cuDNN's heuristic ranking (the same every run) or measured (search)"),
+    MPX_KEY(cuda.deterministic, Bool(), "deterministic convolution algorithms only (bit-identical reruns)"),
   };
   // clang-format on
   return keys;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace mpx {
@@ -71,8 +72,10 @@ class Communicator {
   /// Lets in-flight asynchronous all-reduces progress (MPI_Test); cheap, call it often. No-op by default.
   virtual void progress() {}
   /// NCCL: the cudaStream_t (as void*) the backend queues its compute on; start_all_reduce_sum
-  /// orders after it and wait() orders it after the all-reduce. nullptr (the default) is the
-  /// legacy default stream. Ignored by the host communicators.
+  /// orders after it and wait() orders it after the all-reduce; nullptr is the legacy default
+  /// stream. NCCL refuses start_all_reduce_sum before this was called (an all-reduce not
+  /// ordered after the gradients' writers would read them half-written). Ignored by the host
+  /// communicators.
   virtual void set_compute_stream(void* stream) { (void)stream; }
 };
 
@@ -105,6 +108,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
 /// True when this mpx has the MPI / NCCL communicators.
 bool built_with_mpi();
 bool built_with_nccl();
+/// Sets v.nccl_built and v.nccl (the NCCL of the headers and the loaded one); zeros without NCCL.
+void add_nccl_versions(CudaLibraryVersions& v);
 
 /**
  * @brief Runs `fn` on every rank, then tells every rank whether any rank failed

@@ -34,6 +34,12 @@ class Conv2d : public Layer {
       throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
                                     in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, K};
+    // A device that cannot run this convolution in t stops the run here, at start (exit 2).
+    const Support s = c.be->supports_conv2d(p_, with_batch(c.max_batch, in), Shape{K, p_.R, p_.S, C}, t);
+    if (!s.ok)
+      throw ConfigError(fmt::format("{}: the device cannot run this convolution in {}: {}. Use policy float32, or "
+                                    "dtype: float32 on this layer",
+                                    where(cfg), dtype_name(t), s.reason));
     const int64_t rs = int64_t{p_.R} * p_.S;
     kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot, rs * C, rs * K);
     param_ids_.push_back(kernel_);
@@ -41,7 +47,7 @@ class Conv2d : public Layer {
       bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros);
       param_ids_.push_back(bias_);
     }
-    if (is_16bit(t)) c.need_scratch(K * rs * C + K);
+    if (is_16bit(t)) c.need_scratch(K * rs * C, K);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
   }

@@ -21,6 +21,10 @@ class Dense : public Layer {
           where(cfg), in.str()));
     if (cfg.units <= 0) throw ConfigError(fmt::format("{}: units must be positive, got {}", where(cfg), cfg.units));
     const int64_t cin = in[0], cout = cfg.units;
+    if (!c.be->supports(Op::Dense, t))
+      throw ConfigError(fmt::format("{}: the device ({}) has no {} matrix multiplication. Use policy float32, or "
+                                    "dtype: float32 on this layer",
+                                    where(cfg), c.be->info().description, dtype_name(t)));
     out_shape_ = Shape{cout};
     kernel_ = c.add_param(name(), "kernel", Shape{cout, cin}, true, Init::Glorot, cin, cout);
     param_ids_.push_back(kernel_);
@@ -28,7 +32,7 @@ class Dense : public Layer {
       bias_ = c.add_param(name(), "bias", Shape{cout}, true, Init::Zeros);
       param_ids_.push_back(bias_);
     }
-    if (is_16bit(t)) c.need_scratch(cout * cin + cout);
+    if (is_16bit(t)) c.need_scratch(cout * cin, cout);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
   }

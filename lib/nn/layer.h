@@ -31,6 +31,13 @@ struct Planned {
   bool empty() const { return buf.data() == nullptr; }
 };
 
+/// Every parameter starts at a multiple of this many elements in every arena: 256 bytes
+/// of the 16-bit compute copy (512 of the float32 ones), so cuDNN and cuBLASLt see
+/// aligned operands (Tensor Core kernels refuse 2-byte-aligned ones). The gaps are
+/// zeros that no layer reads or writes (docs/design.md "Parameter arenas").
+inline constexpr int64_t kParamAlign = 128;
+inline int64_t align_param(int64_t n) { return (n + kParamAlign - 1) / kParamAlign * kParamAlign; }
+
 /// Shared by every layer of one model.
 struct Context {
   Backend* be = nullptr;
@@ -43,7 +50,7 @@ struct Context {
   std::vector<ParamInfo> params;
   std::vector<Init> inits;
   std::vector<int64_t> fan_in, fan_out;
-  int64_t n_params = 0, n_state = 0;
+  int64_t n_params = 0, n_state = 0;  // arena lengths (parameters + alignment gaps)
   Tensor master, grads, compute_copy, state;  // views of the arenas (set after planning)
 
   // Shared scratch for weight gradients of 16-bit layers (dw and db, compute dtype).
@@ -77,7 +84,10 @@ struct Context {
   Tensor state_of(int id) const;
   /// A view of the 16-bit weight-gradient scratch at element `offset`.
   Tensor scratch(DType t, int64_t offset, Shape s) const;
-  void need_scratch(int64_t numel) { wgrad_scratch_numel = std::max(wgrad_scratch_numel, numel); }
+  /// Room for a 16-bit dw of `dw_numel` and, after it at an aligned offset, db.
+  void need_scratch(int64_t dw_numel, int64_t db_numel) {
+    wgrad_scratch_numel = std::max(wgrad_scratch_numel, align_param(dw_numel) + db_numel);
+  }
   /// Records that a layer computes in `t`; throws when float16 and bfloat16 mix.
   void note_dtype(DType t, const LayerConfig& cfg);
 };
@@ -245,7 +255,7 @@ void Layer::weight_grads(Context& c, int kernel_id, int bias_id, Fn fn) {
     return;
   }
   const Tensor dw16 = c.scratch(dtype_, 0, dw.shape);
-  const Tensor db16 = bias_id >= 0 ? c.scratch(dtype_, dw.numel(), db.shape) : Tensor();
+  const Tensor db16 = bias_id >= 0 ? c.scratch(dtype_, align_param(dw.numel()), db.shape) : Tensor();
   fn(dw16, db16);
   c.be->cast(dw16, dw);
   if (bias_id >= 0) c.be->cast(db16, db);

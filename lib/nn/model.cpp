@@ -136,6 +136,9 @@ void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
     m.dlogits16 = m.c.plan(last.dtype(), out, "logits gradient cast", false);
   }
 
+  // The arenas end at an aligned length, so the last layer's gradient range covers them.
+  m.c.n_params = nn::align_param(m.c.n_params);
+  m.c.n_state = nn::align_param(m.c.n_state);
   m.master_buf = backend.alloc(static_cast<size_t>(m.c.n_params) * 4, "master weights (float32)");
   m.grads_buf = backend.alloc(static_cast<size_t>(m.c.n_params) * 4, "weight gradients (float32)");
   m.c.master = m.master_buf.view(DType::F32, Shape{m.c.n_params});
@@ -165,6 +168,7 @@ Model::~Model() = default;
 
 int64_t Model::num_params() const { return impl_->c.n_params; }
 int64_t Model::num_state() const { return impl_->c.n_state; }
+int64_t Model::param_alignment() { return nn::kParamAlign; }
 Tensor Model::master() const { return impl_->c.master; }
 Tensor Model::grads() const { return impl_->c.grads; }
 Tensor Model::compute_copy() const { return impl_->c.compute_copy; }
@@ -362,7 +366,8 @@ std::string Model::summary_table() const {
   s += std::string(width, '_') + "\n" + line(head) + std::string(width, '=') + "\n";
   for (const auto& r : rows) s += line(r);
   s += std::string(width, '=') + "\n";
-  const int64_t tr = impl_->c.n_params, nt = impl_->c.n_state;
+  int64_t tr = 0, nt = 0;  // parameters, without the arenas' alignment gaps
+  for (const ParamInfo& p : impl_->c.params) (p.trainable ? tr : nt) += p.shape.numel();
   s += "Total params: " + with_commas(tr + nt) + "\n";
   s += "Trainable params: " + with_commas(tr) + "\n";
   s += "Non-trainable params: " + with_commas(nt) + "\n";

@@ -88,13 +88,16 @@ class Model {
   Shape input_shape() const;
 
   // ---- parameters ----------------------------------------------------------
-  int64_t num_params() const;          // trainable (length of master/grads)
-  int64_t num_state() const;           // non-trainable (length of state)
+  int64_t num_params() const;          // length of master/grads: trainable values + alignment gaps
+  int64_t num_state() const;           // length of state: non-trainable values + alignment gaps
   Tensor master() const;               // float32 [num_params]
   Tensor grads() const;                // float32 [num_params]
   Tensor compute_copy() const;         // 16-bit [num_params], or empty when no layer computes in 16 bits
   Tensor state() const;                // float32 [num_state], or empty
   const std::vector<ParamInfo>& params() const;
+  /// Every ParamInfo::offset is a multiple of this many elements (256 bytes of a 16-bit
+  /// arena); the gaps between parameters hold zeros (docs/design.md "Parameter arenas").
+  static int64_t param_alignment();
   /// Keras default initialization: Glorot-uniform kernels, zero biases, BN
   /// gamma 1 / beta 0 / moving mean 0 / moving variance 1; then refreshes the compute copy.
   void init_params(uint64_t seed);
@@ -113,7 +116,7 @@ class Model {
    */
   Tensor forward(const Tensor& x_u8, bool training, uint64_t dropout_seed = 0, uint64_t step = 0);
   /// Backward pass from float32 dlogits [n, num_classes] (already loss-scaled);
-  /// overwrites the gradient arena.
+  /// overwrites every parameter's gradient (the arena's alignment gaps keep their zeros).
   void backward(const Tensor& dlogits);
 
   // ---- overlapping the gradient all-reduce with backward --------------------

@@ -90,8 +90,8 @@ int Context::add_param(const std::string& layer, const std::string& name, Shape 
   p.shape = shape;
   p.trainable = trainable;
   int64_t& end = trainable ? n_params : n_state;
-  p.offset = end;
-  end += shape.numel();
+  p.offset = align_param(end);
+  end = p.offset + shape.numel();
   params.push_back(p);
   inits.push_back(init);
   fan_in.push_back(fi);
@@ -161,11 +161,18 @@ GradRange grad_range(const Context& c, const Layer& l) {
     }
     sum += n;
   }
-  // A layer registers its parameters one after the other, so they are adjacent in the arena.
-  MPX_CHECK_MSG(hi - lo == sum, fmt::format("layer '{}': its trainable parameters are not contiguous in the gradient "
-                                            "arena",
-                                            l.name()));
-  return GradRange{lo, sum};
+  // A layer registers its parameters one after the other, so they are adjacent in the arena
+  // but for the alignment gaps; the range runs to the next aligned offset, where the next
+  // layer's parameters start, so the ranges of all layers cover the arena.
+  int64_t footprint = 0;
+  for (int id : l.param_ids()) {
+    const ParamInfo& p = c.params[static_cast<size_t>(id)];
+    if (p.trainable) footprint += align_param(p.shape.numel());
+  }
+  MPX_CHECK_MSG(align_param(hi) - lo == footprint,
+                fmt::format("layer '{}': its trainable parameters are not contiguous in the gradient arena", l.name()));
+  if (sum == 0) return GradRange{};
+  return GradRange{lo, align_param(hi) - lo};
 }
 
 void grads_ready(const Context& c, const Layer& l) {

@@ -25,6 +25,8 @@ struct BenchResult {
   /// The backend's compute library and the kernels it chose for the timed steps.
   std::string library;
   std::vector<KernelChoice> kernels;
+  /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
+  std::vector<PlanReport> plans;
 };
 
 /// @brief Times `steps` training steps after `warmup`. Throws ConfigError for steps <= 0 or warmup < 0.

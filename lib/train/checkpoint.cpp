@@ -63,6 +63,7 @@ json header_to_json(const CheckpointHeader& h) {
   j["world_size"] = h.world_size;
   j["num_params"] = h.num_params;
   j["num_state"] = h.num_state;
+  if (h.param_align != 1) j["param_align"] = h.param_align;  // absent: packed (version 1)
   j["epoch"] = h.epoch;
   j["step_in_epoch"] = h.step_in_epoch;
   j["global_step"] = h.global_step;
@@ -102,6 +103,7 @@ CheckpointHeader header_from_json(const json& j) {
   h.world_size = j.value("world_size", int64_t{1});  // absent before data-parallel runs
   h.num_params = j.at("num_params").get<int64_t>();
   h.num_state = j.at("num_state").get<int64_t>();
+  h.param_align = j.value("param_align", int64_t{1});
   h.epoch = j.at("epoch").get<int64_t>();
   h.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
   h.global_step = j.at("global_step").get<int64_t>();
@@ -175,7 +177,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   MPX_CHECK(base == 20 + text.size());
 
   std::string head(kMagic, sizeof kMagic);
-  put_u32(head, kCheckpointVersion);
+  put_u32(head, c.header.param_align == 1 ? 1u : kCheckpointVersion);
   put_u32(head, static_cast<uint32_t>(text.size()));
   head += text;
   put_u32(head, crc32_of(text.data(), text.size()));
@@ -220,8 +222,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   read_at(0, fixed, 16);
   if (std::memcmp(fixed, kMagic, sizeof kMagic) != 0) throw corrupt(0, "no MPXCKPT magic (not an mpx checkpoint)");
   const uint32_t version = get_u32(fixed + 8);
-  if (version != kCheckpointVersion)
-    throw corrupt(8, fmt::format("format version {} (this mpx reads version {})", version, kCheckpointVersion));
+  if (version < 1 || version > kCheckpointVersion)
+    throw corrupt(8, fmt::format("format version {} (this mpx reads versions 1 to {})", version, kCheckpointVersion));
   const uint64_t hlen = get_u32(fixed + 12);
   if (size < 20 + hlen) throw truncated(20 + hlen, fmt::format("the header (length {} at byte offset 12)", hlen));
   std::string text(hlen, '\0');
@@ -249,6 +251,8 @@ Checkpoint load_checkpoint(const std::string& path) {
     else if (!(h.scaler.scale > 0) || !std::isfinite(h.scaler.scale)) bad = "a loss scale that is not a positive number";
     else if (h.batch_size <= 0 || h.world_size <= 0) bad = "a batch size or world size below 1";
     else if (h.num_params < 0 || h.num_state < 0) bad = "a negative parameter count";
+    else if (h.param_align < 1 || h.param_align > 4096) bad = "a param_align outside [1, 4096]";
+    else if ((version == 1) != (h.param_align == 1)) bad = "a param_align that does not match the format version";
     else if (h.epoch_count < 0 || h.epoch_correct < 0 || h.epoch_skipped < 0) bad = "negative epoch sums";
     if (bad) throw corrupt(16, fmt::format("the header holds {}", bad));
   }

@@ -3,9 +3,11 @@
 // master weights, batch-norm state, optimizer state, loss-scaler and schedule
 // state, position in the data), in one self-checking binary file.
 //
-// Format (version 1, little-endian):
+// Format (version 2, little-endian; docs/design.md "Checkpoints"):
 //   offset 0      8 bytes  magic "MPXCKPT\0"
-//   offset 8      u32      format version (1)
+//   offset 8      u32      format version: 2 = the arenas hold each parameter at a multiple
+//                          of the header's "param_align" elements (zeros between);
+//                          1 = packed (no "param_align": 1), still read
 //   offset 12     u32      H: length of the header
 //   offset 16     H bytes  header, UTF-8 JSON (fields of CheckpointHeader, plus
 //                          "sections": [{name, offset, count, crc32}])
@@ -25,14 +27,16 @@
 
 namespace mpx {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+/// The version written for aligned arenas; packed ones (param_align 1) are written as version 1.
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 struct CheckpointHeader {
   std::string config_name, policy, device, optimizer, dataset;
   uint64_t seed = 0;
   int64_t batch_size = 0;      // the global batch (all ranks)
   int64_t world_size = 1;      // data-parallel ranks that wrote it; --resume needs as many
-  int64_t num_params = 0, num_state = 0;
+  int64_t num_params = 0, num_state = 0;  // arena lengths, alignment gaps included
+  int64_t param_align = 1;                 // elements; 1 = packed (every version 1 file)
   // Position: the next step to run is batch `step_in_epoch` of epoch `epoch` (0-based).
   int64_t epoch = 0, step_in_epoch = 0, global_step = 0;
   int64_t applied_updates = 0;  // Adam's t counts these

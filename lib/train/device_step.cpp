@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/graph_capture.h"
 #include "core/error.h"
 #include "train/stepper.h"
 
@@ -73,14 +74,18 @@ class DeviceStepper final : public Stepper {
     window_images_ += n;
     const size_t si = static_cast<size_t>(s);
     const bool full = n == p_.bb.max_batch;
+    if (use_graphs_ && full && graph_[si] < 0 && warm_[si] > 0) {
+      // Plans, algorithms and scratch were set up by the uncaptured steps of this slot. An
+      // error while capturing ends the capture (GraphCapture) and propagates.
+      GraphCapture capture(p_.be);
+      if (capture.open()) {
+        queue_step(s, n, global_step);
+        graph_[si] = capture.end();
+        spdlog::debug("captured the training step of upload slot {} as a CUDA graph (step {})", s, global_step);
+      }
+    }
     if (use_graphs_ && full && graph_[si] >= 0) {
       p_.be.graph_launch(graph_[si]);
-    } else if (use_graphs_ && full && warm_[si] > 0 && p_.be.graph_begin_capture()) {
-      // Plans, algorithms and scratch were set up by the uncaptured steps of this slot.
-      queue_step(s, n, global_step);
-      graph_[si] = p_.be.graph_end_capture();
-      p_.be.graph_launch(graph_[si]);
-      spdlog::debug("captured the training step of upload slot {} as a CUDA graph (step {})", s, global_step);
     } else {
       queue_step(s, n, global_step);
       if (full) ++warm_[si];

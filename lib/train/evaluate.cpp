@@ -4,11 +4,15 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "train/run_log.h"
 #include "train/session.h"
 
 namespace mpx {
 
-EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm) {
+EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm,
+                          const EvalProgress& progress) {
   double loss = 0, correct = 0;
   const int64_t B = bb.max_batch;
   const int64_t world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
@@ -25,6 +29,7 @@ EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dat
     be.download(&c, bb.correct());
     loss += static_cast<double>(l);
     correct += static_cast<double>(c);
+    if (progress) progress(i + n - begin, end - begin);
   }
   if (world > 1) {
     double v[2] = {loss, correct};
@@ -41,7 +46,7 @@ EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dat
 
 namespace {
 
-EvalResult evaluate_from(const Config& cfg, const std::string& weights, const std::string& checkpoint) {
+EvalResult evaluate_from(const Config& cfg, const std::string& weights, const std::string& checkpoint, bool show) {
   Session s(cfg);
   s.start_backend();
   s.load_data(DataNeed::Test);
@@ -49,15 +54,24 @@ EvalResult evaluate_from(const Config& cfg, const std::string& weights, const st
   std::unique_ptr<Model> model = s.make_model(B);
   s.init_weights(*model, weights, checkpoint);
   BatchBuffers bb(s.backend(), B, s.H(), s.W(), s.C(), s.num_classes());
-  return evaluate_model(s.backend(), *model, bb, s.test_data());
+  Progress line(show);
+  const auto t0 = Clock::now();
+  return evaluate_model(s.backend(), *model, bb, s.test_data(), nullptr, [&](int64_t done, int64_t total) {
+    if (!line.on()) return;  // no formatting without a terminal
+    const double secs = seconds_since(t0);
+    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
+    line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, rate));
+  });
 }
 
 }  // namespace
 
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint) {
-  return evaluate_from(cfg, "", checkpoint);
+EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress) {
+  return evaluate_from(cfg, "", checkpoint, progress);
 }
 
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights) { return evaluate_from(cfg, weights, ""); }
+EvalResult evaluate_weights(const Config& cfg, const std::string& weights, bool progress) {
+  return evaluate_from(cfg, weights, "", progress);
+}
 
 }  // namespace mpx

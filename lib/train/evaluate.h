@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "backend/backend.h"
@@ -21,14 +22,19 @@ struct EvalResult {
   std::string policy;
 };
 
+/// Called after each batch with the records done and the records of this rank's slice.
+using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+
 /// @brief Evaluates `model` (inference mode) over the whole of `ds`; loss summed in double.
 /// With several ranks each evaluates a contiguous slice of `ds` and the sums are all-reduced.
-EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm = nullptr);
+EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm = nullptr,
+                          const EvalProgress& progress = nullptr);
 
 /// @brief `mpx eval --checkpoint`: test loss/accuracy of a checkpoint (file or run directory).
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint);
+/// `progress`: the live progress line on a terminal, as `mpx train` shows it.
+EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress = false);
 
 /// @brief `mpx eval --weights W`: test loss/accuracy of a safetensors file (either layout).
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights);
+EvalResult evaluate_weights(const Config& cfg, const std::string& weights, bool progress = false);
 
 }  // namespace mpx

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/live_line.h"
 #include "train/loss_scaler.h"
 
 namespace mpx {
@@ -26,18 +27,14 @@ std::string format_duration(double s) {
 void Progress::show(const std::string& s) {
   if (!on_) return;
   const auto now = Clock::now();
-  if (shown_ && std::chrono::duration<double>(now - last_).count() < 0.2) return;
+  // At most five redraws a second; at once after a log line erased it.
+  if (live_line::shown() && std::chrono::duration<double>(now - last_).count() < 0.2) return;
   last_ = now;
-  std::fprintf(stderr, "\r\033[K%s", s.c_str());
-  std::fflush(stderr);
-  shown_ = true;
+  live_line::show(s);
 }
 
 void Progress::clear() {
-  if (!on_ || !shown_) return;
-  std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-  shown_ = false;
+  if (on_) live_line::clear();
 }
 
 RunLog::RunLog(const std::string& dir, bool rank0, bool progress) : dir_(dir), rank0_(rank0), progress_(progress) {
@@ -46,6 +43,10 @@ RunLog::RunLog(const std::string& dir, bool rank0, bool progress) : dir_(dir), r
 
 void RunLog::open_metrics(bool append) {
   if (rank0_) metrics_.emplace((std::filesystem::path(dir_) / "metrics.jsonl").string(), append);
+}
+
+void RunLog::open_tensorboard() {
+  if (rank0_) tensorboard_.emplace(dir_);
 }
 
 void RunLog::step(const StepRecord& r) {
@@ -74,6 +75,7 @@ void RunLog::step(const StepRecord& r) {
 
 void RunLog::record(const nlohmann::json& rec) {
   if (metrics_) metrics_->write(rec);
+  if (tensorboard_) tensorboard_->record(rec);
 }
 
 void RunLog::flush() {

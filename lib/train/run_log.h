@@ -13,6 +13,7 @@
 
 #include "train/metrics.h"
 #include "train/run_dir.h"
+#include "train/tensorboard.h"
 
 namespace mpx {
 
@@ -21,7 +22,7 @@ double seconds_since(Clock::time_point t);
 /// "42s", "3m07s", "2h05m09s"; "?" when unknown.
 std::string format_duration(double s);
 
-/// The live progress line on a terminal ('\r' updates), cleared before log lines.
+/// The live progress line on a terminal (core/live_line.h), at most five updates a second.
 class Progress {
  public:
   explicit Progress(bool on) : on_(on) {}
@@ -34,7 +35,6 @@ class Progress {
 
  private:
   bool on_;
-  bool shown_ = false;
   Clock::time_point last_{};
 };
 
@@ -53,6 +53,9 @@ class RunLog {
   RunLog(const std::string& dir, bool rank0, bool progress);
   /// Opens metrics.jsonl (appending when resuming into the same run).
   void open_metrics(bool append);
+  /// Also writes every metrics record as TensorBoard scalars under <dir>/tensorboard (rank 0;
+  /// a resumed run adds new event files beside the old ones).
+  void open_tensorboard();
 
   /// The step log line (train.log; the console too unless the progress line shows it)
   /// and its metrics.jsonl record.
@@ -62,7 +65,7 @@ class RunLog {
   /// The live line.
   void progress(const std::string& line) { progress_.show(line); }
   void clear_progress() { progress_.clear(); }
-  /// One metrics.jsonl record as is.
+  /// One metrics.jsonl record as is (and its TensorBoard scalars).
   void record(const nlohmann::json& rec);
   void flush();
 
@@ -71,6 +74,7 @@ class RunLog {
   bool rank0_;
   std::optional<LogFileSink> file_;
   std::optional<MetricsWriter> metrics_;
+  std::optional<TensorBoardLog> tensorboard_;
   Progress progress_;
 };
 

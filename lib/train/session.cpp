@@ -7,7 +7,9 @@
 
 #include <cstdlib>
 
+#include "backend/versions.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "train/checkpoint.h"
 #include "train/train_state.h"
 #include "train/weights.h"
@@ -47,9 +49,26 @@ void Session::resolve_policy_for(const DeviceInfo& info) {
   cfg_.loss_scale.mode_explicit = true;
 }
 
+namespace {
+
+/// On a GPU: the driver and library versions at info level, and a warning when the loaded
+/// cuDNN is older than the one mpx was built against (docs/gpu.md, "Library versions").
+void log_cuda_versions() {
+  CudaLibraryVersions v = cuda_library_versions();
+  add_nccl_versions(v);
+  spdlog::info("{}", describe_versions(v));
+  const std::string warning = cudnn_version_warning(v.cudnn_built, v.cudnn);
+  if (!warning.empty()) spdlog::warn("{}", warning);
+}
+
+}  // namespace
+
 void Session::start_backend() {
   BackendOptions o;
   o.cuda_workspace_bytes = static_cast<size_t>(cfg_.cuda.workspace_mb) << 20;
+  o.cuda_conv_search = cfg_.cuda.conv_algo == ConvAlgo::Search;
+  o.cuda_deterministic = cfg_.cuda.deterministic;
+  if (device_.device != "cpu") log_cuda_versions();
   backend_ = create_backend(device_.device, o);
   target_visible_ = true;
   resolve_policy_for(backend_->info());

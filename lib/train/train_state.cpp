@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "train/checkpoint_layout.h"
 
 namespace mpx {
 
@@ -34,15 +35,9 @@ std::vector<std::string> model_signature(const Model& m) {
 }
 
 void restore_model(Backend& be, Model& m, const Checkpoint& ck, const std::string& path, const Config& cfg) {
-  if (ck.header.num_params != m.num_params() || ck.header.num_state != m.num_state()) {
-    throw ConfigError(fmt::format(
-        "checkpoint '{}' (config '{}') holds {} parameters and {} state values, but the model of config '{}' has {} "
-        "parameters and {} state values: the checkpoint was written for another model",
-        path, ck.header.config_name, ck.header.num_params, ck.header.num_state, cfg.name, m.num_params(),
-        m.num_state()));
-  }
-  if (m.num_params() > 0) be.upload(m.master(), ck.master.data());
-  if (m.num_state() > 0) be.upload(m.state(), ck.state.data());
+  const Checkpoint own = in_model_layout(ck, m, path, cfg.name);  // throws for another model
+  if (m.num_params() > 0) be.upload(m.master(), own.master.data());
+  if (m.num_state() > 0) be.upload(m.state(), own.state.data());
   m.refresh_compute_copy();
 }
 
@@ -60,6 +55,7 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.world_size = who.world_size;
   h.num_params = parts.model.num_params();
   h.num_state = parts.model.num_state();
+  h.param_align = Model::param_alignment();
   h.epoch = epoch;
   h.step_in_epoch = step_in_epoch;
   h.global_step = st.global_step;
@@ -84,11 +80,12 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   return c;
 }
 
-TrainState restore_checkpoint(const Checkpoint& ck, const std::string& path, const Config& cfg,
+TrainState restore_checkpoint(const Checkpoint& file, const std::string& path, const Config& cfg,
                               int64_t steps_per_epoch, const TrainedParts& parts) {
+  // Another size: in_model_layout names both counts. The same size: the shapes must agree too.
+  const Checkpoint ck = in_model_layout(file, parts.model, path, cfg.name);
   const CheckpointHeader& h = ck.header;
-  // Another size: restore_model names both counts. The same size: the shapes must agree too.
-  if (!h.params.empty() && h.num_params == parts.model.num_params() && h.num_state == parts.model.num_state()) {
+  if (!h.params.empty()) {
     const std::vector<std::string> mine = model_signature(parts.model);
     for (size_t i = 0; i < std::max(mine.size(), h.params.size()); ++i) {
       const std::string a = i < h.params.size() ? h.params[i] : "(none)", b = i < mine.size() ? mine[i] : "(none)";

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "train/metrics.h"
 #include "train/run_dir.h"
 #include "train/train_run.h"
@@ -132,6 +133,7 @@ void TrainRun::prepare() {
   restore_or_broadcast();
   log_plan();
   log_->open_metrics(append_);
+  if (c.train.tensorboard) log_->open_tensorboard();
 }
 
 void TrainRun::build_engine() {
@@ -198,19 +200,21 @@ void TrainRun::log_plan() {
                c.data.dataset, train.size(), session_->test_data().size(), train.H, train.W, train.C,
                c.data.batch_size, steps_per_epoch_, c.train.epochs, c.train.epochs == 1 ? "" : "s");
   if (world_ > 1) {
-    spdlog::info("data parallel: {} records per rank of each global batch of {}; one all-reduce ({}) of {} B of "
+    spdlog::info("data parallel: {} records per rank of each global batch of {}; one all-reduce ({}) of {} of "
                  "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
                  "are checkpointed); test evaluation sharded over the ranks",
-                 local_batch_, c.data.batch_size, engine_->sync().path(), model.num_params() * 4);
+                 local_batch_, c.data.batch_size, engine_->sync().path(),
+                 format_bytes(static_cast<size_t>(model.num_params()) * 4));
     if (!engine_->sync().overlap_description().empty())
       spdlog::info("data parallel: {}", engine_->sync().overlap_description());
   }
   spdlog::info("step: {}", engine_->stepper().description());
   const MemoryReport& m = result_.memory;
-  spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {} B, grads {} B, compute copy {} B, "
-               "optimizer state {} B, activations {} B",
-               c.optimizer.name, sched_->base_lr(), c.schedule.name, m.master_bytes, m.grad_bytes,
-               m.compute_copy_bytes, result_.optimizer_state_bytes, m.activation_bytes);
+  spdlog::info("optimizer: {} learning rate {:g}, schedule {}; memory: master {}, grads {}, compute copy {}, "
+               "optimizer state {}, activations {}",
+               c.optimizer.name, sched_->base_lr(), c.schedule.name, format_bytes(m.master_bytes),
+               format_bytes(m.grad_bytes), format_bytes(m.compute_copy_bytes),
+               format_bytes(result_.optimizer_state_bytes), format_bytes(m.activation_bytes));
 }
 
 void TrainRun::save(const std::string& name, int64_t epoch, int64_t step) {

@@ -2,12 +2,14 @@
 // Helpers of the CPU-vs-CUDA agreement tests (ggml's test-backend-ops shape): the
 // same inputs (identical bits) on both backends, outputs poisoned with NaN before
 // each call, the whole-tensor relative error against a per-dtype tolerance, and
-// the worst element in the failure message; bit-exact checks for the fused passes.
+// the worst element in the failure message; bit-exact checks for the fused passes
+// (any two NaNs equal: support/float_bits.h).
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -17,14 +19,24 @@
 #include "backend/backend.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "support/float_bits.h"
 
 namespace cudatest {
 
 using namespace mpx;
 
+/// The GPU backend's cuDNN/cuBLASLt workspace: MPX_TEST_CUDA_WORKSPACE_MB when set (the staged
+/// GPU check's compute-sanitizer reruns keep it small, docs/gpu.md), else the default.
+inline BackendOptions test_cuda_options() {
+  BackendOptions o;
+  if (const char* mb = std::getenv("MPX_TEST_CUDA_WORKSPACE_MB"); mb && *mb)
+    o.cuda_workspace_bytes = static_cast<size_t>(std::strtoull(mb, nullptr, 10)) << 20;
+  return o;
+}
+
 struct Backends {
   std::unique_ptr<Backend> cpu = create_backend("cpu");
-  std::unique_ptr<Backend> gpu = create_backend("cuda");
+  std::unique_ptr<Backend> gpu = create_backend("cuda", test_cuda_options());
 };
 inline Backends& be() {
   static Backends b;
@@ -146,20 +158,18 @@ inline void expect_close(const Dual& d, double tol, const std::string& what) {
   CHECK(rel <= tol);
 }
 
-/// Byte-for-byte equality; reports the first differing element.
+/// Bit-for-bit equality, except that any two NaNs of a float dtype are equal (x86 keeps a
+/// NaN's payload, NVIDIA GPUs write the canonical 0x7fffffff); reports the first differing element.
 inline void expect_bits(const Dual& d, const std::string& what) {
   const std::vector<uint8_t> c = raw(*be().cpu, d.c), g = raw(*be().gpu, d.g);
+  REQUIRE(c.size() == g.size());
   const size_t es = dtype_size(d.t);
-  size_t first = c.size();
-  for (size_t i = 0; i < c.size(); ++i)
-    if (c[i] != g[i]) {
-      first = i / es;
-      break;
-    }
+  const size_t n = c.size() / es;
+  const size_t first = support::first_difference_nan_equal(c.data(), g.data(), c.size(), d.t);
   std::ostringstream msg;
   msg << what << " " << dtype_name(d.t) << d.s.str() << ": ";
-  if (first == c.size()) {
-    msg << "bit-identical";
+  if (first == n) {
+    msg << "bit-identical (NaNs of any payload count as equal)";
   } else if (is_float(d.t)) {
     const std::vector<float> cf = floats(*be().cpu, d.c), gf = floats(*be().gpu, d.g);
     msg << "first difference at element " << first << ": cuda " << gf[first] << " vs cpu " << cf[first];
@@ -168,7 +178,7 @@ inline void expect_bits(const Dual& d, const std::string& what) {
         << int(c[first * es]);
   }
   INFO(msg.str());
-  CHECK(first == c.size());
+  CHECK(first == n);
 }
 
 inline const std::vector<DType>& float_dtypes() {

@@ -4,11 +4,13 @@
 // product; gelu, gelu_tanh, silu within the per-dtype tolerance: the same formulas,
 // core/activation.h, but nvcc contracts them into FMAs), each activation fused in
 // conv2d_forward (the bias+activation kernel)
-// and dense_forward (cuBLASLt epilogues: RELU, GELU[_AUX][_BIAS] for gelu_tanh; the kernel
-// for the rest), with and without the pre-activation output, every bias kind; and a small
-// model's logits and gradients with each activation.
+// and dense_forward (cuBLASLt epilogues: GELU[_AUX][_BIAS] for gelu_tanh; the kernel
+// for the rest, relu included), with and without the pre-activation output, every bias kind;
+// NaN through every activation fused in dense and conv; and a small model's logits and
+// gradients with each activation.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,49 @@ TEST_CASE("cuda: activations fused in dense_forward (cuBLASLt epilogues or the k
             if (with_pre) expect_close(pre, tolerance(t), what + ": pre-activation");
           }
     }
+}
+
+TEST_CASE("cuda: NaN survives every activation fused in dense_forward and conv2d_forward (the NaN contract)",
+          "[cuda][dense][conv][activation][nan]") {
+  Rng rng(34);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : float_dtypes()) {
+    if (!be().gpu->supports(Op::Dense, t)) continue;
+    // Row 0 of x holds a NaN: every output of row 0 is NaN before the activation.
+    std::vector<float> xv = random_floats(rng, 8 * 32);
+    xv[5] = nan;
+    Dual x = from_floats(t, Shape{8, 32}, xv);
+    Dual w = random_dual(rng, t, Shape{16, 32}, -0.3f, 0.3f);
+    Dual b = random_dual(rng, t, Shape{16});
+    // Conv: one NaN pixel of image 0 reaches the outputs whose window covers it.
+    std::vector<float> cv = random_floats(rng, 2 * 6 * 6 * 8);
+    cv[(2 * 6 + 3) * 8 + 1] = nan;
+    Dual cx = from_floats(t, Shape{2, 6, 6, 8}, cv);
+    Dual cw = random_dual(rng, t, Shape{8, 3, 3, 8}, -0.3f, 0.3f);
+    Conv2dParams p;
+    p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+    for (Activation a : activations())
+      for (bool with_bias : {false, true}) {
+        const std::string what = std::string(dtype_name(t)) + " " + act_name(a) + (with_bias ? " bias" : "");
+        Dual y = poisoned(t, Shape{8, 16});
+        be().cpu->dense_forward(x.c, w.c, with_bias ? b.c : Tensor(), y.c, a);
+        be().gpu->dense_forward(x.g, w.g, with_bias ? b.g : Tensor(), y.g, a);
+        const std::vector<float> g = floats(*be().gpu, y.g);
+        for (int k = 0; k < 16; ++k) {
+          INFO("dense " << what << ": row 0, unit " << k << " = " << g[static_cast<size_t>(k)]);
+          CHECK(std::isnan(g[static_cast<size_t>(k)]));
+        }
+        expect_close(y, fused_tolerance(t, a, false), "dense " + what + " (rows without NaN)");
+        Dual cy = poisoned(t, Shape{2, 6, 6, 8});
+        be().cpu->conv2d_forward(p, cx.c, cw.c, with_bias ? b.c.slice_rows(0, 8) : Tensor(), cy.c, a);
+        be().gpu->conv2d_forward(p, cx.g, cw.g, with_bias ? b.g.slice_rows(0, 8) : Tensor(), cy.g, a);
+        const std::vector<float> cg = floats(*be().gpu, cy.g);
+        INFO("conv " << what << ": the output at the NaN pixel = " << cg[(2 * 6 + 3) * 8]);
+        CHECK(std::isnan(cg[(2 * 6 + 3) * 8]));
+        // (no whole-tensor comparison: a Winograd or FFT algorithm may spread the NaN over its tile)
+        CHECK(std::isnan(floats(*be().cpu, cy.c)[(2 * 6 + 3) * 8]));
+      }
+  }
 }
 
 TEST_CASE("cuda: a small model with each activation: logits and gradients match the CPU",

@@ -85,3 +85,19 @@ TEST_CASE("nccl: asynchronous bucketed all-reduce is ordered after and before th
   MPX_SKIP("built without NCCL");
 #endif
 }
+
+TEST_CASE("nccl: start_all_reduce_sum before set_compute_stream is refused (one rank)", "[nccl][async]") {
+#if MPX_WITH_NCCL
+  auto single = mpx::make_single_communicator();
+  auto nccl = mpx::make_nccl_communicator(*single, 0);
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(&dev, 64 * sizeof(float)) == cudaSuccess);
+  CHECK_THROWS_WITH(nccl->start_all_reduce_sum(dev, 64), Catch::Contains("before set_compute_stream"));
+  nccl->set_compute_stream(nullptr);  // the legacy default stream, set explicitly: accepted
+  nccl->wait(nccl->start_all_reduce_sum(dev, 64));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  cudaFree(dev);
+#else
+  MPX_SKIP("built without NCCL");
+#endif
+}

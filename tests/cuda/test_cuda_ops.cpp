@@ -109,6 +109,10 @@ TEST_CASE("cuda: conv2d forward, backward data, backward filter", "[cuda][conv]"
       {"5x5 valid stride 2", 2, 13, 11, 3, 8, 5, 5, 2, false},
       {"1x1 valid", 5, 6, 6, 16, 24, 1, 1, 1, false},
       {"3x3 valid C=1 (first layer)", 8, 12, 12, 1, 8, 3, 3, 1, false},
+      // 16-bit: channels zero-padded to 8 for cuDNN (conv_geometry.h), with and without spatial padding
+      {"3x3 same stride 1 C=3 (CIFAR first layer)", 4, 12, 12, 3, 16, 3, 3, 1, true},
+      {"3x3 same stride 2 C=3 (asymmetric + channel padding)", 3, 9, 10, 3, 8, 3, 3, 2, true},
+      {"2x2 valid C=12", 2, 7, 7, 12, 8, 2, 2, 1, false},
   };
   Rng rng(4);
   for (const ConvCase& cc : cases)
@@ -158,7 +162,7 @@ TEST_CASE("cuda: conv2d forward, backward data, backward filter", "[cuda][conv]"
     }
 }
 
-TEST_CASE("cuda: dense forward (bias, relu epilogues), backward data, backward weights", "[cuda][dense]") {
+TEST_CASE("cuda: dense forward (bias epilogue, relu kernel), backward data, backward weights", "[cuda][dense]") {
   Rng rng(5);
   struct D {
     int N, Ci, Co;

@@ -15,6 +15,7 @@
 #include "backend/step_state.h"
 #include "core/error.h"
 #include "cuda/cuda_compare.h"
+#include "support/float_bits.h"
 #include "support/skip.h"
 
 using namespace cudatest;
@@ -48,7 +49,7 @@ void expect_same_state(const StepState& c, const StepState& g, const std::string
   CHECK(g.applied_total == c.applied_total);
   CHECK(g.finite == c.finite);
   CHECK(g.last_skip_reason == c.last_skip_reason);
-  CHECK(g.loss_sum == c.loss_sum);
+  CHECK(support::same_or_both_nan(g.loss_sum, c.loss_sum));  // NaN payloads differ between CPU and GPU
   CHECK(g.correct == c.correct);
   CHECK(g.counted == c.counted);
   CHECK(g.steps == c.steps);
@@ -61,18 +62,15 @@ void expect_same_state(const Dual& d, const std::string& what) {
   expect_same_state(read_state(*be().cpu, d.c), read_state(*be().gpu, d.g), what);
 }
 
-/// Byte equality of two tensors of one backend.
+/// Bit equality of two tensors of one backend, any two NaNs equal (support/float_bits.h).
 void expect_equal_bytes(Backend& b, const Tensor& x, const Tensor& y, const std::string& what) {
   const std::vector<uint8_t> a = raw(b, x), c = raw(b, y);
   REQUIRE(a.size() == c.size());
-  size_t first = a.size();
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != c[i]) {
-      first = i;
-      break;
-    }
-  INFO(what << ": first differing byte " << first << " of " << a.size());
-  CHECK(first == a.size());
+  REQUIRE(x.dtype == y.dtype);
+  const size_t n = a.size() / dtype_size(x.dtype);
+  const size_t first = support::first_difference_nan_equal(a.data(), c.data(), a.size(), x.dtype);
+  INFO(what << ": first differing element " << first << " of " << n << " (" << dtype_name(x.dtype) << ")");
+  CHECK(first == n);
 }
 
 Dual scalar(float v) { return from_floats(DType::F32, Shape{1}, {v}); }

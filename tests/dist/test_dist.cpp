@@ -142,6 +142,13 @@ TEST_CASE("dist: 2 ranks x 128 train the same weights as 1 rank x 256 (float32, 
   CHECK(mpx::load_checkpoint((p.two / "checkpoints/last.ckpt").string()).header.world_size == 2);
   CHECK(p.r2.out.find("data parallel: world size 2 (mpi)") != std::string::npos);
   CHECK(p.r2.out.find("rank 0 cpu, rank 1 cpu") != std::string::npos);
+  // Only rank 0 writes the TensorBoard event files (docs/report.md): one file in each folder.
+  for (const char* sub : {"train", "validation"}) {
+    size_t files = 0;
+    for (const auto& e : fs::directory_iterator(p.two / "tensorboard" / sub))
+      files += e.path().filename().string().find("tfevents") != std::string::npos ? 1 : 0;
+    CHECK(files == 1);
+  }
 }
 
 TEST_CASE("dist: mixed_bfloat16 over 2 ranks matches 1 rank") {

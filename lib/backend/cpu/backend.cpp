@@ -135,8 +135,9 @@ class CpuBackend final : public Backend {
 
  private:
   void* alloc_impl(size_t bytes) override {
-    const size_t n = (bytes + 63) / 64 * 64;
-    return std::aligned_alloc(64, n);
+    // 256 bytes, as cudaMalloc: the model's parameter arenas rely on it (docs/design.md).
+    const size_t n = (bytes + 255) / 256 * 256;
+    return std::aligned_alloc(256, n == 0 ? 256 : n);
   }
   void free_impl(void* p) override { std::free(p); }
   void upload_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -19,6 +19,7 @@ CudaBackend::CudaBackend(int device, const BackendOptions& options)
     : ctx_(std::make_unique<Context>(device, options.cuda_workspace_bytes, [this](size_t b) { note_alloc(b); },
                                      [this](size_t b) { note_free(b); })),
       staging_(std::make_unique<Staging>(device)) {
+  ctx_->set_conv_algo(options.cuda_conv_search, options.cuda_deterministic);
   refresh_device_memory();
 }
 
@@ -56,6 +57,20 @@ bool CudaBackend::supports(Op op, DType t) const {
     default:
       return is_float(t);  // own kernels: float32, float16 and bfloat16 everywhere
   }
+}
+
+Support CudaBackend::supports_conv2d(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) {
+  if (!supports(Op::Conv2d, t))
+    return {false, fmt::format("cuda:{} (compute capability {}.{}) has no {} convolutions (bfloat16 needs 8.0)",
+                               ctx_->device(), ctx_->compute_capability() / 10, ctx_->compute_capability() % 10,
+                               dtype_name(t))};
+  std::vector<int64_t> key{static_cast<int64_t>(t), p.R, p.S, p.stride_h, p.stride_w, p.pad_top, p.pad_left,
+                           p.pad_bottom, p.pad_right};
+  for (int i = 0; i < x.rank; ++i) key.push_back(x[i]);
+  for (int i = 0; i < w.rank; ++i) key.push_back(w[i]);
+  auto it = conv_probes_.find(key);
+  if (it == conv_probes_.end()) it = conv_probes_.emplace(key, cuda::probe_conv2d(*ctx_, p, x, w, t)).first;
+  return it->second;
 }
 
 void CudaBackend::synchronize() {

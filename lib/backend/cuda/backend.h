@@ -4,7 +4,9 @@
 // cpu/backend.cpp does; this class only wires them and owns the Context.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/context.h"
@@ -19,6 +21,9 @@ class CudaBackend final : public Backend {
 
   DeviceInfo info() const override;
   bool supports(Op op, DType t) const override;
+  /// From a probe of cuDNN's heuristic (conv.cpp), once per shape and dtype.
+  Support supports_conv2d(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) override;
+  std::vector<PlanReport> plans() const override { return ctx_->plan_reports(); }
   void synchronize() override;
   /// CUDA graphs, except with MPX_CUDA_SYNC_DEBUG (it synchronizes after every op).
   bool supports_graphs() const override;
@@ -94,9 +99,11 @@ class CudaBackend final : public Backend {
   void release_staged_impl(int slot) override;
   bool graph_begin_capture_impl() override;
   int graph_end_capture_impl() override;
+  void graph_abort_capture_impl() noexcept override { ctx_->abort_capture(); }
   void graph_launch_impl(int id) override;
 
   std::unique_ptr<Context> ctx_;
+  std::map<std::vector<int64_t>, Support> conv_probes_;  // supports_conv2d's answers by shape
   std::unique_ptr<Staging> staging_;  // after ctx_: destroyed first
 };
 

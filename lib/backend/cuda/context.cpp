@@ -26,22 +26,17 @@ Context::Context(int device, size_t workspace_budget, std::function<void(size_t)
     : device_(device), on_alloc_(std::move(on_alloc)), on_free_(std::move(on_free)) {
   MPX_CUDA_CHECK(cudaSetDevice(device));
   MPX_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
-  MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  MPX_CUDNN_CHECK(cudnnCreate(&cudnn_));
-  MPX_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-  MPX_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
-  MPX_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_flag_), sizeof(int)));
-  MPX_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_flag_), sizeof(int)));
+  stream_ = make_stream();
+  cudnn_ = make_cudnn(stream_.get());
+  cublaslt_ = make_cublaslt();
+  device_flag_ = make_device_memory(sizeof(int));
+  host_flag_ = make_host_memory(sizeof(int));
   workspace_budget_ = workspace_budget;
 }
 
 Context::~Context() {
-  if (capturing_) {
-    cudaGraph_t g = nullptr;
-    log_failure("cudaStreamEndCapture", cudaStreamEndCapture(stream_, &g));
-    if (g) log_failure("cudaGraphDestroy", cudaGraphDestroy(g));
-  }
-  log_failure("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
+  abort_capture();
+  log_failure("cudaStreamSynchronize", cudaStreamSynchronize(stream_.get()));
   for (cudaGraphExec_t e : graphs_) log_failure("cudaGraphExecDestroy", cudaGraphExecDestroy(e));
   graphs_.clear();
   plans_.clear();
@@ -55,22 +50,14 @@ Context::~Context() {
     log_failure("cudaFree (outgrown scratch)", cudaFree(b.p));
     on_free_(b.bytes);
   }
-  log_failure("cudaFree (flag)", cudaFree(device_flag_));
-  log_failure("cudaFreeHost (flag)", cudaFreeHost(host_flag_));
-  if (cublaslt_) {
-    const cublasStatus_t s = cublasLtDestroy(cublaslt_);
-    if (s != CUBLAS_STATUS_SUCCESS) spdlog::error("cuBLASLt: cublasLtDestroy failed: {}", cublasGetStatusString(s));
-  }
-  if (cudnn_) {
-    const cudnnStatus_t s = cudnnDestroy(cudnn_);
-    if (s != CUDNN_STATUS_SUCCESS) spdlog::error("cuDNN: cudnnDestroy failed: {}", cudnnGetErrorString(s));
-  }
-  log_failure("cudaStreamDestroy", cudaStreamDestroy(stream_));
+  // The flag word, the handles and the stream are released by their wrappers.
 }
 
 namespace {
 const char* slot_name(Slot slot) {
-  static const char* names[] = {"padded convolution input", "padded input gradient", "16-bit weight gradient",
+  static const char* names[] = {"padded convolution input", "padded input gradient",
+                                "channel-padded convolution filter", "channel-padded filter gradient",
+                                "16-bit weight gradient",
                                 "reduction partials", "batch-norm coefficients", "per-row results",
                                 "cuDNN/cuBLASLt workspace"};
   static_assert(sizeof(names) / sizeof(names[0]) == kSlotCount, "one name per scratch slot");
@@ -89,7 +76,7 @@ void* Context::scratch(Slot slot, size_t bytes) {
   if (b.p) {
     if (graphs_.empty()) {
       // Queued work may still read the old buffer.
-      MPX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      MPX_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
       MPX_CUDA_CHECK(cudaFree(b.p));
       on_free_(b.bytes);
     } else {
@@ -118,7 +105,7 @@ void* Context::scratch(Slot slot, size_t bytes) {
 void Context::begin_capture() {
   MPX_CHECK_MSG(!capturing_, "graph_begin_capture: a capture is already in progress on cuda:" +
                                  std::to_string(device_));
-  MPX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  MPX_CUDA_CHECK(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
 }
 
@@ -127,7 +114,7 @@ int Context::end_capture() {
                                 " without a capture in progress (none was begun, or an error ended it)");
   capturing_ = false;
   cudaGraph_t graph = nullptr;
-  MPX_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  MPX_CUDA_CHECK(cudaStreamEndCapture(stream_.get(), &graph));
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
   log_failure("cudaGraphDestroy", cudaGraphDestroy(graph));  // the executable graph is a copy
@@ -141,18 +128,26 @@ void Context::launch_graph(int id) {
                 "graph_launch: no graph " + std::to_string(id) + " on cuda:" + std::to_string(device_) + " (" +
                     std::to_string(graphs_.size()) + " captured)");
   MPX_CHECK_MSG(!capturing_, "graph_launch: not allowed during a graph capture");
-  MPX_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(id)], stream_));
+  MPX_CUDA_CHECK(cudaGraphLaunch(graphs_[static_cast<size_t>(id)], stream_.get()));
+}
+
+void Context::abort_capture() noexcept {
+  if (!capturing_) return;
+  capturing_ = false;
+  // An error inside the capture invalidates it: ending it then fails
+  // (cudaErrorStreamCaptureInvalidated) and returns no graph, but it does end it.
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_.get(), &graph);
+  if (graph) log_failure("cudaGraphDestroy (abandoned capture)", cudaGraphDestroy(graph));
+  if (e != cudaSuccess) spdlog::debug("CUDA: ending the abandoned capture: {}", cudaGetErrorString(e));
+  cudaGetLastError();  // the capture's errors are not sticky; clear the last-error slot
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_.get(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone)
+    spdlog::error("CUDA: the stream of cuda:{} is still capturing after the capture was abandoned", device_);
 }
 
 void Context::fail_in_capture(const std::string& what) {
-  if (capturing_) {
-    // End the capture so the stream works again; the partial graph is dropped.
-    capturing_ = false;
-    cudaGraph_t graph = nullptr;
-    cudaStreamEndCapture(stream_, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  }
+  abort_capture();
   throw Error("CUDA graph capture on cuda:" + std::to_string(device_) + ": " + what +
               " is not allowed while capturing; the capture was abandoned. Run the sequence once "
               "uncaptured with the same shapes (the warm-up) before graph_begin_capture.");

@@ -19,6 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/cuda/algo_choice.h"
+#include "backend/cuda/handles.h"
 #include "core/tensor.h"
 
 namespace mpx::cuda {
@@ -28,6 +31,8 @@ namespace mpx::cuda {
 enum Slot : int {
   kSlotPadX,       // explicitly padded conv input (asymmetric padding)
   kSlotPadDX,      // gradient of the padded conv input, cropped into dx
+  kSlotPadW,       // conv filter zero-padded in channels (16-bit, C not a multiple of 8)
+  kSlotPadDW,      // gradient of the channel-padded filter, cropped into dw
   kSlotGrad16,     // 16-bit weight gradient before its cast to a float32 dw
   kSlotReduce,     // per-block partial sums (double) of channel reductions
   kSlotCoef,       // per-channel coefficients (batch norm)
@@ -66,16 +71,19 @@ class Context {
   /// `workspace_budget`: bytes the cuDNN/cuBLASLt workspace may grow to (cuda.workspace_mb).
   Context(int device, size_t workspace_budget, std::function<void(size_t)> on_alloc,
           std::function<void(size_t)> on_free);
-  ~Context();  // only logs on failure
+  /// Waits for the stream, then frees graphs, plans and scratch; only logs on failure. The
+  /// stream, handles and flag word are owning wrappers (handles.h), so a constructor that
+  /// throws half-way frees what it had created.
+  ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
   const cudaDeviceProp& prop() const { return prop_; }
   int compute_capability() const { return prop_.major * 10 + prop_.minor; }
-  cudaStream_t stream() const { return stream_; }
-  cudnnHandle_t cudnn() const { return cudnn_; }
-  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cudnnHandle_t cudnn() const { return cudnn_.get(); }
+  cublasLtHandle_t cublaslt() const { return cublaslt_.get(); }
 
   /// A device buffer of at least `bytes` for `slot` (256-byte aligned), valid until the next
   /// larger request of the slot. Growing synchronizes the stream and frees the old buffer
@@ -87,8 +95,8 @@ class Context {
   size_t workspace_budget() const { return workspace_budget_; }
 
   /// A device int and its pinned host mirror, for the one 4-byte read back of a fused check.
-  int* device_flag() const { return device_flag_; }
-  int* host_flag() const { return host_flag_; }
+  int* device_flag() const { return static_cast<int*>(device_flag_.get()); }
+  int* host_flag() const { return static_cast<int*>(host_flag_.get()); }
 
   /// Grid size of a grid-stride loop over n elements with `threads` per block.
   unsigned grid_for(int64_t n, int threads) const;
@@ -106,6 +114,16 @@ class Context {
   }
   size_t plan_count() const { return plans_.size(); }
 
+  /// How convolution algorithms are chosen (cuda.conv_algo, cuda.deterministic; algo_choice.h).
+  void set_conv_algo(bool search, bool deterministic) {
+    conv_search_ = search;
+    conv_deterministic_ = deterministic;
+  }
+  AlgoSettings algo_settings() const { return {conv_search_, conv_deterministic_, workspace_budget_}; }
+  /// Records a plan as built (Backend::plans(), `mpx bench --json`).
+  void note_plan(PlanReport r) { reports_.push_back(std::move(r)); }
+  const std::vector<PlanReport>& plan_reports() const { return reports_; }
+
   // ---- CUDA graphs (Backend::graph_*) ---------------------------------------------
   /// Starts capturing the stream (cudaStreamCaptureModeThreadLocal).
   void begin_capture();
@@ -118,6 +136,10 @@ class Context {
   /// Throws Error naming `what` as not allowed during a capture, after ending (and dropping)
   /// the capture so the stream is usable again.
   [[noreturn]] void fail_in_capture(const std::string& what);
+  /// Ends an open capture and drops its partial graph, clearing the error state the failed
+  /// capture left, so the stream works again; does nothing without a capture. Never throws
+  /// (it runs while an exception unwinds: GraphCapture in backend/graph_capture.h).
+  void abort_capture() noexcept;
 
  private:
   struct Block {
@@ -126,11 +148,12 @@ class Context {
   };
   int device_ = 0;
   cudaDeviceProp prop_{};
-  cudaStream_t stream_ = nullptr;
-  cudnnHandle_t cudnn_ = nullptr;
-  cublasLtHandle_t cublaslt_ = nullptr;
-  int* device_flag_ = nullptr;
-  int* host_flag_ = nullptr;
+  // Declared before the handles bound to it: members are destroyed in reverse order.
+  UniqueStream stream_;
+  UniqueCudnn cudnn_;
+  UniqueCublasLt cublaslt_;
+  UniqueDeviceMemory device_flag_;
+  UniqueHostMemory host_flag_;
   size_t workspace_budget_ = 0;
   std::array<Block, kSlotCount> slots_{};
   std::vector<Block> retired_;  // outgrown scratch that a graph may still use
@@ -138,6 +161,8 @@ class Context {
   std::vector<cudaGraphExec_t> graphs_;
   std::function<void(size_t)> on_alloc_, on_free_;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
+  bool conv_search_ = false, conv_deterministic_ = false;
+  std::vector<PlanReport> reports_;
 };
 
 /// cuDNN / cuBLASLt / CUDA data type of a float dtype.

@@ -3,17 +3,23 @@
 // y [N, Cout], row-major, i.e. the column-major products below. 16-bit (or
 // float32) A/B, CUBLAS_COMPUTE_32F (never TF32), output rounded once; bias and
 // the activations cuBLASLt has (epilogue_for) run as cuBLASLt epilogues when the bias
-// has the output's dtype, everything else as one kernel after the matmul
+// has the output's dtype, everything else (relu included: NaN stays NaN, epilogue_rule.h)
+// as one kernel after the matmul
 // (bias_activation); the bias gradient is a deterministic column sum (activation.cu).
 // One plan (descriptors, layouts, heuristic algorithm) per shape, dtype, epilogue and
-// pointer alignment. Twin of cpu/dense.cpp.
+// pointer alignment: the heuristic ranks several algorithms and the first that runs is
+// kept (first_that_runs.h). Twin of cpu/dense.cpp.
 #include <cublasLt.h>
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/epilogue_rule.h"
+#include "backend/cuda/first_that_runs.h"
 #include "backend/cuda/ops.h"
 
 namespace mpx::cuda {
@@ -22,6 +28,8 @@ namespace {
 
 /// Workspace a matmul algorithm may use (cuBLASLt's recommendation for Hopper is 32 MiB).
 constexpr size_t kMatmulWorkspace = size_t{32} << 20;
+/// Algorithms asked of the heuristic per product; the first that runs is kept (first_that_runs.h).
+constexpr int kHeuristicCandidates = 8;
 
 enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203 };
 
@@ -68,8 +76,9 @@ bool epilogue_has_activation(cublasLtEpilogue_t e) {
   return e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS;
 }
 
-/// The one place that says which activations cuBLASLt fuses into the forward matmul:
-///  - relu: RELU / RELU_BIAS (its backward reads the output; no pre-activation wanted);
+/// The one place that says which activations cuBLASLt fuses into the forward matmul
+/// (epilogue_rule.h says which may be fused at all):
+///  - relu: never (cuBLASLt's RELU epilogue turns NaN into 0; the relu kernel keeps it);
 ///  - gelu_tanh: GELU / GELU_BIAS, or GELU_AUX / GELU_AUX_BIAS when the backward wants the
 ///    pre-activation (the aux matrix; its leading dimension m must be a multiple of 8).
 ///    cuBLASLt's GELU is the tanh approximation (PyTorch fuses it only for
@@ -79,10 +88,8 @@ bool epilogue_has_activation(cublasLtEpilogue_t e) {
 cublasLtEpilogue_t epilogue_for(Activation act, const Tensor& bias, bool fuse_bias, const Tensor& pre, int64_t m) {
   if (!bias.empty() && !fuse_bias) return CUBLASLT_EPILOGUE_DEFAULT;
   const cublasLtEpilogue_t plain = fuse_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (!cublaslt_fuses_activation(act.kind)) return plain;
   switch (act.kind) {
-    case ActKind::Relu:
-      if (pre.empty()) return fuse_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-      break;
     case ActKind::GeluTanh:
       if (pre.empty()) return fuse_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
       if (m % 8 == 0 && pointer_alignment(pre.data) >= 16)
@@ -99,8 +106,8 @@ std::string gemm_what(const char* op, const Gemm& g) {
          ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")";
 }
 
-/// Builds descriptors and asks the heuristic for an algorithm; nullptr when it has none.
-MatmulPlan* try_build(Context& ctx, const Gemm& g) {
+/// Descriptors and layouts of one product (no algorithm yet).
+std::unique_ptr<MatmulPlan> make_plan(const Gemm& g) {
   auto plan = std::make_unique<MatmulPlan>();
   MPX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   MPX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)));
@@ -123,6 +130,12 @@ MatmulPlan* try_build(Context& ctx, const Gemm& g) {
                                               static_cast<uint64_t>(g.cols_b), g.ldb));
   MPX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_dtype(g.dt), static_cast<uint64_t>(g.m),
                                               static_cast<uint64_t>(g.n), g.ldd));
+  return plan;
+}
+
+/// Up to kHeuristicCandidates algorithms the heuristic ranks for the plan, best first (empty
+/// when it has none).
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic(Context& ctx, const MatmulPlan& plan, const Gemm& g) {
   cublasLtMatmulPreference_t pref = nullptr;
   MPX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   std::unique_ptr<void, void (*)(void*)> pref_guard(pref, [](void* p) {
@@ -144,14 +157,58 @@ MatmulPlan* try_build(Context& ctx, const Gemm& g) {
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
   MPX_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(kHeuristicCandidates);
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan->op, plan->a, plan->b, plan->d,
-                                                           plan->d, pref, 1, &result, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return nullptr;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.op, plan.a, plan.b, plan.d, plan.d,
+                                                           pref, kHeuristicCandidates, results.data(), &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return {};
   MPX_CUBLAS_CHECK(st);
-  plan->algo = result.algo;
-  plan->ws_bytes = result.workspaceSize;
+  std::vector<cublasLtMatmulHeuristicResult_t> ok;
+  for (int i = 0; i < found; ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) ok.push_back(results[static_cast<size_t>(i)]);
+  return ok;
+}
+
+/// Runs the product once with candidate r (its output is overwritten by the real call right
+/// after): "" when it ran, else why not.
+std::string try_candidate(Context& ctx, const MatmulPlan& plan, const Gemm& g,
+                          const cublasLtMatmulHeuristicResult_t& r) {
+  cublasLtMatmulHeuristicResult_t check{};
+  cublasStatus_t s = cublasLtMatmulAlgoCheck(ctx.cublaslt(), plan.op, plan.a, plan.b, plan.d, plan.d, &r.algo, &check);
+  if (s != CUBLAS_STATUS_SUCCESS) return std::string("cublasLtMatmulAlgoCheck: ") + cublasGetStatusString(s);
+  void* ws = r.workspaceSize ? ctx.scratch(kSlotWorkspace, r.workspaceSize) : nullptr;
+  const float alpha = 1.0f, beta = 0.0f;
+  s = cublasLtMatmul(ctx.cublaslt(), plan.op, &alpha, g.pa, plan.a, g.pb, plan.b, &beta, g.pd, plan.d, g.pd, plan.d,
+                     &r.algo, ws, r.workspaceSize, ctx.stream());
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    cudaGetLastError();  // a refused launch leaves nothing queued
+    return std::string("cublasLtMatmul: ") + cublasGetStatusString(s);
+  }
+  return "";
+}
+
+int algo_id(const cublasLtMatmulAlgo_t& algo) {
+  int id = -1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return -1;
+  return id;
+}
+
+/// The plan of g with the first of the heuristic's candidates that runs; nullptr (reasons in
+/// `failures`) when none does.
+MatmulPlan* build(Context& ctx, const Gemm& g, std::vector<std::string>& failures) {
+  std::unique_ptr<MatmulPlan> plan = make_plan(g);
+  const std::vector<cublasLtMatmulHeuristicResult_t> cands = heuristic(ctx, *plan, g);
+  const std::optional<size_t> i = first_that_runs(
+      cands, [&](const cublasLtMatmulHeuristicResult_t& r) { return try_candidate(ctx, *plan, g, r); }, failures);
+  if (!i) return nullptr;
+  plan->algo = cands[*i].algo;
+  plan->ws_bytes = cands[*i].workspaceSize;
+  if (*i > 0)
+    spdlog::warn("cuBLASLt: {}: the heuristic's first {} algorithm(s) did not run ({}); using candidate {}",
+                 gemm_what("matmul", g), *i, failures.back(), *i + 1);
   return plan.release();
 }
 
@@ -165,12 +222,26 @@ bool run_gemm(Context& ctx, DenseOp which, Gemm g) {
       << pointer_alignment(g.pa) << pointer_alignment(g.pb) << pointer_alignment(g.pd)
       << (g.pbias ? pointer_alignment(g.pbias) : 0) << (g.paux ? pointer_alignment(g.paux) : 0);
   MatmulPlan& plan = ctx.plan<MatmulPlan>(key, [&] {
-    MatmulPlan* p = try_build(ctx, g);
+    std::vector<std::string> failures;
+    MatmulPlan* p = build(ctx, g, failures);
     if (!p && wanted != CUBLASLT_EPILOGUE_DEFAULT) {
+      spdlog::debug("cuBLASLt: {}: no algorithm with epilogue {} ran; the epilogue runs as a kernel",
+                    gemm_what("matmul", g), static_cast<int>(wanted));
       g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      p = try_build(ctx, g);
+      failures.clear();
+      p = build(ctx, g, failures);
     }
-    if (!p) throw Error("cuBLASLt: unsupported configuration, no algorithm for " + gemm_what("matmul", g));
+    if (!p)
+      throw Error(none_ran_message("cuBLASLt: unsupported configuration, no algorithm for " + gemm_what("matmul", g),
+                                   failures));
+    const std::string what = gemm_what(which == kDenseFwd       ? "dense forward"
+                                       : which == kDenseBwdData ? "dense backward data"
+                                                                : "dense backward weights",
+                                       g);
+    spdlog::debug("cuBLASLt plan: {}: algorithm id {}, epilogue {}, workspace {} bytes", what, algo_id(p->algo),
+                  p->epilogue ? static_cast<int>(g.epilogue) : 0, p->ws_bytes);
+    ctx.note_plan(PlanReport{"cublaslt", what, "id " + std::to_string(algo_id(p->algo)),
+                             "CUBLAS_COMPUTE_32F", p->ws_bytes});
     return p;
   });
   if (plan.epilogue && epilogue_has_bias(wanted))

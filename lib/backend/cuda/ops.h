@@ -26,7 +26,11 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
 void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                             const Tensor& dw, const Tensor& db);
-/// conv_pad.cu: x [N,H,W,C] -> xp [N,Hp,Wp,C] with x at (top, left) and zeros around; and the crop back.
+/// Whether cuDNN has a usable algorithm for all three passes of this convolution (the
+/// heuristic's ranking, no device memory); the reason when not.
+Support probe_conv2d(Context& ctx, const Conv2dParams& p, const Shape& x, const Shape& w, DType t);
+/// conv_pad.cu: x [N,H,W,C] -> xp [N,Hp,Wp,Cp] (Cp >= C) with x at (top, left) and zeros around and
+/// in the channels c >= C; and the crop back (channels c < C).
 void pad_nhwc(Context& ctx, const Tensor& x, const Tensor& xp, int top, int left);
 void crop_nhwc(Context& ctx, const Tensor& xp, const Tensor& x, int top, int left);
 

@@ -19,28 +19,22 @@ void log_failure(const char* what, cudaError_t e) {
 }  // namespace
 
 Staging::Staging(int device) : device_(device) {
-  MPX_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  copy_ = make_stream();
   for (Slot& s : slots_) {
-    MPX_CUDA_CHECK(cudaEventCreateWithFlags(&s.released, cudaEventDisableTiming));
-    MPX_CUDA_CHECK(cudaEventCreateWithFlags(&s.uploaded, cudaEventDisableTiming));
+    s.released = make_event();
+    s.uploaded = make_event();
   }
 }
 
 Staging::~Staging() {
-  // The copies may still read the host buffers.
-  if (copy_) log_failure("cudaStreamSynchronize (copy stream)", cudaStreamSynchronize(copy_));
-  for (Slot& s : slots_) {
-    if (s.host) log_failure("cudaFreeHost (staging)", cudaFreeHost(s.host));
-    if (s.released) log_failure("cudaEventDestroy", cudaEventDestroy(s.released));
-    if (s.uploaded) log_failure("cudaEventDestroy", cudaEventDestroy(s.uploaded));
-  }
-  if (copy_) log_failure("cudaStreamDestroy (copy stream)", cudaStreamDestroy(copy_));
+  // The copies may still read the host buffers, which the members' wrappers free next.
+  if (copy_) log_failure("cudaStreamSynchronize (copy stream)", cudaStreamSynchronize(copy_.get()));
 }
 
 void* Staging::host(int slot, size_t bytes) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   // The slot's last copy reads this memory: wait for it (an event never recorded is complete).
-  MPX_CUDA_CHECK(cudaEventSynchronize(s.uploaded));
+  MPX_CUDA_CHECK(cudaEventSynchronize(s.uploaded.get()));
   if (s.bytes < bytes || !s.host) {
     const size_t cap = bytes == 0 ? 64 : bytes;
     void* p = nullptr;
@@ -52,33 +46,32 @@ void* Staging::host(int slot, size_t bytes) {
                              std::to_string(device_) + "; try a smaller batch_size");
     }
     MPX_CUDA_CHECK(e);
-    unsigned char* const old = s.host;
-    if (old) std::memcpy(p, old, s.bytes);  // keep the contents, as the CPU backend's resize does
-    s.host = static_cast<unsigned char*>(p);
+    UniqueHostMemory fresh(p);
+    if (s.host) std::memcpy(p, s.host.get(), s.bytes);  // keep the contents, as the CPU backend's resize does
+    s.host = std::move(fresh);                          // frees the old buffer
     s.bytes = cap;
-    if (old) MPX_CUDA_CHECK(cudaFreeHost(old));
   }
-  return s.host;
+  return s.data();
 }
 
 void Staging::upload(int slot, void* dst, size_t offset, size_t bytes, cudaStream_t compute) {
   Slot& s = slots_[static_cast<size_t>(slot)];
-  MPX_CHECK_MSG(s.host && offset <= s.bytes && bytes <= s.bytes - offset,
+  MPX_CHECK_MSG(s.host != nullptr && offset <= s.bytes && bytes <= s.bytes - offset,
                 "upload_staged: " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                     " exceed staging slot " + std::to_string(slot) + " (" + std::to_string(s.bytes) +
                     " bytes; call staging() first)");
-  MPX_CUDA_CHECK(cudaStreamWaitEvent(copy_, s.released, 0));
-  MPX_CUDA_CHECK(cudaMemcpyAsync(dst, s.host + offset, bytes, cudaMemcpyHostToDevice, copy_));
-  MPX_CUDA_CHECK(cudaEventRecord(s.uploaded, copy_));
-  MPX_CUDA_CHECK(cudaStreamWaitEvent(compute, s.uploaded, 0));
+  MPX_CUDA_CHECK(cudaStreamWaitEvent(copy_.get(), s.released.get(), 0));
+  MPX_CUDA_CHECK(cudaMemcpyAsync(dst, s.data() + offset, bytes, cudaMemcpyHostToDevice, copy_.get()));
+  MPX_CUDA_CHECK(cudaEventRecord(s.uploaded.get(), copy_.get()));
+  MPX_CUDA_CHECK(cudaStreamWaitEvent(compute, s.uploaded.get(), 0));
 }
 
 void Staging::release(int slot, cudaStream_t compute, bool capturing) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (capturing)
-    MPX_CUDA_CHECK(cudaEventRecordWithFlags(s.released, compute, cudaEventRecordExternal));
+    MPX_CUDA_CHECK(cudaEventRecordWithFlags(s.released.get(), compute, cudaEventRecordExternal));
   else
-    MPX_CUDA_CHECK(cudaEventRecord(s.released, compute));
+    MPX_CUDA_CHECK(cudaEventRecord(s.released.get(), compute));
 }
 
 }  // namespace mpx::cuda

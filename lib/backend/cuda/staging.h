@@ -17,13 +17,16 @@
 #include <array>
 #include <cstddef>
 
+#include "backend/cuda/handles.h"
+
 namespace mpx::cuda {
 
 class Staging {
  public:
-  /// Creates the copy stream and the events on the current device (the Context's).
+  /// Creates the copy stream and the events on the current device (the Context's); all are
+  /// owning wrappers (handles.h), so a failure half-way frees what was created.
   explicit Staging(int device);
-  ~Staging();  // waits for the copy stream, then frees everything; only logs on failure
+  ~Staging();  // waits for the copy stream; the wrappers then free everything (only logging failures)
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
@@ -40,13 +43,14 @@ class Staging {
 
  private:
   struct Slot {
-    unsigned char* host = nullptr;
+    UniqueHostMemory host;
     size_t bytes = 0;
-    cudaEvent_t released = nullptr;
-    cudaEvent_t uploaded = nullptr;
+    UniqueEvent released;
+    UniqueEvent uploaded;
+    unsigned char* data() const { return static_cast<unsigned char*>(host.get()); }
   };
   int device_ = 0;
-  cudaStream_t copy_ = nullptr;
+  UniqueStream copy_;  // declared first: destroyed after the slots' events
   std::array<Slot, 2> slots_{};
 };
 

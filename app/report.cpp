@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// `mpx report`: one HTML page of runs (curves, summaries, the table of runs), or
+// with --table the table alone on stdout (docs/report.md).
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "report/html.h"
+#include "report/table.h"
+
+namespace mpx::app {
+
+namespace {
+
+struct ReportArgs {
+  std::vector<std::string> dirs;
+  std::string out = "report.html";
+  std::string title = "mpx report";
+  bool table = false;
+  std::string format = "text";
+};
+
+void run_report(const ReportArgs& a) {
+  const report::Loaded loaded = report::load_runs(a.dirs);
+  for (const auto& n : loaded.not_runs) spdlog::warn("{}: {}", n.dir, n.reason);
+  if (loaded.runs.empty())
+    throw ConfigError("mpx report: none of the folders given is a run directory (a run has summary.json, "
+                      "metrics.jsonl or config.yaml)");
+  if (a.table) {
+    const report::TableFormat f = a.format == "csv"        ? report::TableFormat::Csv
+                                  : a.format == "json"     ? report::TableFormat::Json
+                                  : a.format == "markdown" ? report::TableFormat::Markdown
+                                                           : report::TableFormat::Text;
+    std::cout << report::format_table(report::run_table(loaded.runs), f);
+    std::cout.flush();
+  } else {
+    report::write_report(loaded, a.title, a.out);
+    spdlog::info("wrote {}: {} run{}", a.out, loaded.runs.size(), loaded.runs.size() == 1 ? "" : "s");
+  }
+  command_exit_code() = kExitOk;
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  auto* cmd = app.add_subcommand(
+      "report", "One HTML page of runs (curves, summaries, a sortable table), or the table of runs (--table)");
+  cmd->add_option("runs", a->dirs,
+                  "Run directories, or folders of runs (a compare folder, a sweep's parent)")
+      ->required()
+      ->type_name("RUN_DIR...");
+  auto* out = cmd->add_option("-o,--out", a->out, "The HTML file to write");
+  cmd->add_option("--title", a->title, "The page's title");
+  auto* table = cmd->add_flag("--table", a->table, "Print the table of runs on stdout instead of writing HTML");
+  table->excludes(out);
+  cmd->add_option("--format", a->format, "The table's format (with --table)")
+      ->check(CLI::IsMember({"text", "csv", "json", "markdown"}))
+      ->needs(table);
+  cmd->callback([a] { run_report(*a); });
+}
+
+}  // namespace mpx::app

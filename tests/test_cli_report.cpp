@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+// `mpx report` and `mpx compare --report` through the binary, on real runs
+// (docs/report.md): the table in every format against summary.json, the HTML
+// file written and parsed, folders that are not runs warned about, and the
+// exit codes of bad input.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/cli.h"
+#include "support/html_scan.h"
+
+using nlohmann::json;
+using support::run_mpx;
+using support::TempDir;
+using support::write_file;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kYaml =
+    "name: rep\n"
+    "device: cpu\n"
+    "data: {dataset: synthetic, batch_size: 8, synthetic_train: 32, synthetic_test: 8}\n"
+    "model:\n"
+    "  layers:\n"
+    "    - {type: flatten}\n"
+    "    - {type: dense, units: 10, activation: softmax}\n"
+    "train: {epochs: 2, log_every: 2}\n";
+
+json read_json(const fs::path& p) { return json::parse(support::read_file(p)); }
+
+}  // namespace
+
+TEST_CASE("cli report: the table of two runs in every format; HTML written; a non-run folder warned about",
+          "[cli][report]") {
+  TempDir t{"mpx_test_cli_report"};
+  write_file(t.path / "c.yaml", kYaml);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir runs/a", t.path).code == 0);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --set optimizer.learning_rate=3e-3 --run-dir runs/b", t.path)
+              .code == 0);
+  fs::create_directories(t.path / "notes");
+
+  const auto js = run_mpx("report --table --format json runs/a runs/b notes", t.path);
+  REQUIRE(js.code == 0);
+  CHECK(js.err.find("notes: not a run directory") != std::string::npos);
+  const json arr = json::parse(js.out);
+  REQUIRE(arr.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    const json s = read_json(t.path / "runs" / (i ? "b" : "a") / "summary.json");
+    for (const char* k : {"status", "final_test_accuracy", "best_test_accuracy", "final_train_loss", "images_per_sec",
+                          "wall_seconds", "steps", "epochs", "peak_memory_bytes", "policy", "device"})
+      CHECK(arr[i][k] == s[k]);
+  }
+  CHECK(arr[0]["optimizer.learning_rate"] != arr[1]["optimizer.learning_rate"]);
+
+  const auto csv = run_mpx("report --table --format csv runs/a runs/b", t.path);
+  REQUIRE(csv.code == 0);
+  CHECK(csv.out.rfind("run,status,policy,", 0) == 0);
+  CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 3);
+  const auto text = run_mpx("report --table runs", t.path);  // the parent folder stands for its runs
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("completed") != std::string::npos);
+  CHECK(std::count(text.out.begin(), text.out.end(), '\n') == 3);
+
+  const auto html = run_mpx("report runs/a runs/b --out r.html", t.path);
+  REQUIRE(html.code == 0);
+  const auto doc = support::parse_html(support::read_file(t.path / "r.html"));
+  CHECK(doc.find(0, [](const support::HtmlElement& e) { return e.has_class("run"); }).size() == 2);
+}
+
+TEST_CASE("cli report: bad input", "[cli][report]") {
+  TempDir t{"mpx_test_cli_report"};
+  fs::create_directories(t.path / "empty");
+  const auto none = run_mpx("report empty missing", t.path);
+  CHECK(none.code == 2);
+  CHECK(none.err.find("missing: does not exist") != std::string::npos);
+  CHECK(none.err.find("none of the folders given is a run directory") != std::string::npos);
+  CHECK(run_mpx("report --table --format yaml empty", t.path).code == 2);
+  CHECK(run_mpx("report --format csv empty", t.path).code == 2);  // --format needs --table
+
+  // The HTML cannot be written: exit 6 naming the file.
+  write_file(t.path / "c.yaml", kYaml);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --set train.epochs=1 --run-dir runs/a", t.path).code == 0);
+  const auto io = run_mpx("report runs/a --out no/such/folder/r.html", t.path);
+  CHECK(io.code == 6);
+  CHECK(io.err.find("no/such/folder/r.html") != std::string::npos);
+}
+
+TEST_CASE("cli compare --report: the A/B runs as one HTML report", "[cli][report]") {
+  TempDir t{"mpx_test_cli_report"};
+  write_file(t.path / "c.yaml", kYaml);
+  const auto r = run_mpx("compare --config c.yaml --policies float32,mixed_bfloat16 --steps 4 --run-dir cmp "
+                         "--no-progress --report ab.html",
+                         t.path);
+  REQUIRE(r.code == 0);
+  const auto doc = support::parse_html(support::read_file(t.path / "ab.html"));
+  const auto sections = doc.find(0, [](const support::HtmlElement& e) { return e.has_class("run"); });
+  REQUIRE(sections.size() == 2);
+  CHECK(doc.at(sections[0]).attr("data-run") == "float32");
+  CHECK(doc.at(sections[1]).attr("data-run") == "mixed_bfloat16");
+  CHECK(doc.find(0, [](const support::HtmlElement& e) { return e.attr("id") == "overlay"; }).size() == 1);
+}
