@@ -41,6 +41,9 @@ void run_bench(const BenchArgs& a) {
     j["device"] = r.device;
     j["batch_size"] = r.batch_size;
     j["steps"] = r.steps;
+    j["library"] = r.library;
+    j["kernels"] = nlohmann::ordered_json::array();
+    for (const auto& k : r.kernels) j["kernels"].push_back({{"op", k.op}, {"impl", k.impl}});
     // The algorithm, math type and workspace of every cuDNN / cuBLASLt plan (docs/gpu.md).
     j["plans"] = nlohmann::ordered_json::array();
     for (const PlanReport& p : r.plans)
@@ -64,6 +67,9 @@ void run_bench(const BenchArgs& a) {
                              r.step_ms_min, r.step_ms_max)
               << fmt::format("activations  {}\n", format_bytes(r.memory.activation_bytes))
               << fmt::format("peak memory  {}\n", format_bytes(r.peak_memory_bytes));
+    if (!r.library.empty()) std::cout << fmt::format("library      {}\n", r.library);
+    if (!r.kernels.empty()) std::cout << "kernels\n";
+    for (const auto& k : r.kernels) std::cout << fmt::format("  {:<16} {}\n", k.impl, k.op);
   }
   command_exit_code() = kExitOk;
 }

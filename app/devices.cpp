@@ -75,9 +75,11 @@ void run_devices(bool json) {
   const CpuFacts cpu = read_cpu_facts();
   std::string cpu_reason;
   Policy cpu_policy = Policy::Float32;
+  std::string cpu_library;
   {
     auto backend = create_backend("cpu");
     cpu_policy = resolve_policy(Policy::Auto, backend->info(), &cpu_reason);
+    cpu_library = backend->library();
   }
   const std::vector<DeviceInfo> gpus = cuda_devices();
   const bool built_with_cuda = MPX_WITH_CUDA != 0;
@@ -110,7 +112,8 @@ void run_devices(bool json) {
                 {"avx2", cpu.avx2},
                 {"f16c", cpu.f16c},
                 {"auto_policy", policy_name(cpu_policy)},
-                {"auto_reason", cpu_reason}};
+                {"auto_reason", cpu_reason},
+                {"library", cpu_library}};
     j["cuda_built"] = built_with_cuda;
     j["cuda"] = nlohmann::ordered_json::array();
     for (const auto& d : gpus) {
@@ -153,6 +156,7 @@ void run_devices(bool json) {
                            cpu.avx512_bf16 ? " (with AVX512-BF16)" : "")
             << fmt::format("  AVX2          {}\n", yes_no(cpu.avx2))
             << fmt::format("  F16C          {}\n", yes_no(cpu.f16c))
+            << fmt::format("  library       {}\n", cpu_library)
             << fmt::format("  policy auto   {}{}\n", policy_name(cpu_policy),
                            cpu_reason.empty() ? "" : " (" + cpu_reason + ")");
   if (gpus.empty()) {

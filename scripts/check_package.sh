@@ -40,8 +40,9 @@ if dpkg-query -W -f='${Status}' mpx 2>/dev/null | grep -q "install ok installed"
 fi
 [[ -e /usr/bin/mpx ]] && fail "/usr/bin/mpx exists and belongs to no mpx package; move it away first"
 
-say "configure $BUILD_DIR (preset cpu-only, no tests, no benchmarks)"
-args=(--preset cpu-only -B "$BUILD_DIR" -DMPX_BUILD_TESTS=OFF -DMPX_BUILD_BENCH=OFF)
+say "configure $BUILD_DIR (preset cpu-only, Debian's oneDNN, no tests, no benchmarks)"
+# The package depends on Debian's oneDNN (libdnnl2), not on the prefix of scripts/install_onednn.sh.
+args=(--preset cpu-only -B "$BUILD_DIR" -DMPX_BUILD_TESTS=OFF -DMPX_BUILD_BENCH=OFF -DMPX_ONEDNN=SYSTEM)
 if command -v ccache >/dev/null 2>&1; then
   args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi

@@ -27,10 +27,15 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps.sh: all build dependencies are installed"
-  exit 0
+else
+  echo "install_deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install_deps.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# ---- oneDNN 3.x from Intel's wheels on PyPI (begin) ----------------------------
+# Into /opt/mpx-deps/onednn (MPX_ONEDNN_PREFIX), where CMake looks first. Never fails:
+# without PyPI the build uses Debian's libdnnl-dev (oneDNN 2.6) listed above.
+"$(dirname "$0")/install_onednn.sh"
+# ---- oneDNN 3.x (end) ------------------------------------------------------------

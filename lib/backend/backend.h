@@ -141,6 +141,12 @@ struct DeviceInfo {
   bool bf16_tensor_cores() const { return compute_capability >= 80; }
 };
 
+/// The library kernel a backend chose for one op and shape (CPU: oneDNN's implementation).
+struct KernelChoice {
+  std::string op;    // "convolution backward weights for x [256, 32, 32, 64], w [128, 3, 3, 64]"
+  std::string impl;  // the library's name for it, e.g. "brgconv:avx2"
+};
+
 /// Whether a backend can run an op with given shapes, and why not (supports_conv2d).
 struct Support {
   bool ok = true;
@@ -190,6 +196,11 @@ class Backend {
   virtual std::vector<PlanReport> plans() const { return {}; }
   /// Waits for all queued work (no-op on the CPU).
   virtual void synchronize() = 0;
+  /// The compute library this backend runs on, with its version and where it was loaded
+  /// from (CPU: "oneDNN 3.2.0 (...)"); empty where a backend does not say.
+  virtual std::string library() const { return {}; }
+  /// The library kernels chosen so far, one per distinct op and shape, in creation order.
+  virtual std::vector<KernelChoice> kernels() const { return {}; }
   MemoryStats memory_stats() const { return mem_; }
 
   // ---- memory --------------------------------------------------------------

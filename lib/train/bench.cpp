@@ -148,6 +148,8 @@ BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
   r.batch_size = B;
   r.steps = steps;
   r.memory = engine.model().memory_report();
+  r.library = be.library();
+  r.kernels = be.kernels();
   r.plans = be.plans();
   return r;
 }

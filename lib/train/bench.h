@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "config/config.h"
 #include "nn/model.h"
 
@@ -21,6 +22,9 @@ struct BenchResult {
   std::string policy, device;
   int64_t batch_size = 0, steps = 0;
   MemoryReport memory;
+  /// The backend's compute library and the kernels it chose for the timed steps.
+  std::string library;
+  std::vector<KernelChoice> kernels;
   /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
   std::vector<PlanReport> plans;
 };

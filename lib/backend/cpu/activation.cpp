@@ -60,7 +60,7 @@ EltPlan& add_plan(int64_t n) {
   auto plan = dnnl_try("binary add of " + std::to_string(n) + " float32 elements", [&] {
     auto p = std::make_unique<EltPlan>();
     const dnnl::memory::desc md({n}, dt::f32, tag::x);
-    const dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, md, md, md), l.engine);
+    const auto pd = dnnlc::binary(l.engine, dnnl::algorithm::binary_add, md, md, md);
     p->prim = dnnl::binary(pd);
     p->in0 = unbound(md, l.engine);
     p->in1 = unbound(md, l.engine);

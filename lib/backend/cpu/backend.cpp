@@ -126,6 +126,13 @@ class CpuBackend final : public Backend {
 
   void synchronize() override {}
 
+  std::string library() const override { return dnnl_description(); }
+  std::vector<KernelChoice> kernels() const override {
+    std::vector<KernelChoice> v;
+    for (const auto& [what, impl] : ctx_.kernels()) v.push_back({what, impl});
+    return v;
+  }
+
  private:
   void* alloc_impl(size_t bytes) override {
     // 256 bytes, as cudaMalloc: the model's parameter arenas rely on it (docs/design.md).

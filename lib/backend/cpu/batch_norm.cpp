@@ -213,16 +213,15 @@ BnPlan& bn_forward_plan(Context& ctx, const Shape& s, float epsilon, bool traini
   return ctx.plan<BnPlan>(bn_key(training ? kBnFwdTraining : kBnFwdInference, s, epsilon), [&] {
     return dnnl_try(bn_what(training ? "batch normalization forward training" : "batch normalization inference", s),
                     [&] {
-                      using bf = dnnl::batch_normalization_forward;
                       auto plan = std::make_unique<BnPlan>();
                       const dnnl::memory::desc md = bn_data_md(s);
-                      const bf::desc desc(
-                          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, md,
-                          epsilon, training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats);
-                      const bf::primitive_desc pd(desc, make_attr(), ctx.engine());
+                      const auto pd = dnnlc::bn_fwd(
+                          ctx.engine(), training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                          md, epsilon, training ? kScaleShift : kScaleShift | dnnl::normalization_flags::use_global_stats,
+                          make_attr());
                       plan->onednn = has_jit_kernel(pd);
                       if (!plan->onednn) return plan.release();
-                      plan->prim = bf(pd);
+                      plan->prim = dnnl::batch_normalization_forward(pd);
                       const dnnl::engine& eng = ctx.engine();
                       plan->args[DNNL_ARG_SRC] = unbound(pd.src_desc(), eng);
                       plan->args[DNNL_ARG_DST] = unbound(pd.dst_desc(), eng);
@@ -239,24 +238,21 @@ BnPlan& bn_forward_plan(Context& ctx, const Shape& s, float epsilon, bool traini
 BnPlan& bn_backward_plan(Context& ctx, const Shape& s) {
   return ctx.plan<BnPlan>(bn_key(kBnBwd, s, 0.0f), [&] {
     return dnnl_try(bn_what("batch normalization backward", s), [&] {
-      using bf = dnnl::batch_normalization_forward;
-      using bb = dnnl::batch_normalization_backward;
       auto plan = std::make_unique<BnPlan>();
       const dnnl::memory::desc md = bn_data_md(s);
-      const bf::primitive_desc hint(bf::desc(dnnl::prop_kind::forward_training, md, 0.0f, kScaleShift),
-                                    ctx.engine());
-      const bb::desc desc(dnnl::prop_kind::backward, md, md, 0.0f, kScaleShift);
-      const bb::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
+      const auto hint =
+          dnnlc::bn_fwd(ctx.engine(), dnnl::prop_kind::forward_training, md, 0.0f, kScaleShift, dnnl::primitive_attr());
+      const auto pd = dnnlc::bn_bwd(ctx.engine(), md, 0.0f, kScaleShift, hint, make_attr());
       plan->onednn = has_jit_kernel(pd);
       if (!plan->onednn) return plan.release();
-      plan->prim = bb(pd);
+      plan->prim = dnnl::batch_normalization_backward(pd);
       const dnnl::engine& eng = ctx.engine();
       plan->args[DNNL_ARG_SRC] = unbound(pd.src_desc(), eng);
       plan->args[DNNL_ARG_DIFF_DST] = unbound(pd.diff_dst_desc(), eng);
       plan->args[DNNL_ARG_SCALE] = unbound(pd.weights_desc(), eng);
       // oneDNN 2.6 refuses to execute without a shift argument (use_shift), though the
-      // backward math never reads it.
-      plan->args[DNNL_ARG_SHIFT] = unbound(pd.weights_desc(), eng);
+      // backward math never reads it; oneDNN 3.x refuses to execute with one.
+      if (!dnnlc::kV3) plan->args[DNNL_ARG_SHIFT] = unbound(pd.weights_desc(), eng);
       plan->args[DNNL_ARG_MEAN] = unbound(pd.mean_desc(), eng);
       plan->args[DNNL_ARG_VARIANCE] = unbound(pd.variance_desc(), eng);
       plan->args[DNNL_ARG_DIFF_SRC] = unbound(pd.diff_src_desc(), eng);
@@ -344,7 +340,7 @@ void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
   plan->bind(DNNL_ARG_SRC, xf);
   plan->bind(DNNL_ARG_DIFF_DST, dyf);
   plan->bind(DNNL_ARG_SCALE, gamma.data);
-  plan->bind(DNNL_ARG_SHIFT, gamma.data);  // not read (see bn_backward_plan); any [C] float32 buffer
+  if (!dnnlc::kV3) plan->bind(DNNL_ARG_SHIFT, gamma.data);  // not read (bn_backward_plan); any [C] float32
   plan->bind(DNNL_ARG_MEAN, saved_mean.data);
   plan->bind(DNNL_ARG_VARIANCE, var);
   plan->bind(DNNL_ARG_DIFF_SRC, dxf);

@@ -14,6 +14,9 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 #include <unordered_map>
 
 #include "core/half.h"
@@ -51,7 +54,12 @@ struct PlanKeyHash {
 /// Base class of cached plans (oneDNN primitives with their memory objects).
 struct Plan {
   virtual ~Plan() = default;
+  std::string what;  // the op and its shapes (dnnl_try)
+  std::string impl;  // oneDNN's implementation name; empty where the plan runs mpx's loops
 };
+
+/// "oneDNN X.Y.Z (commit H; path of the loaded library)" (dnnl_info.cpp).
+std::string dnnl_description();
 
 class Context {
  public:
@@ -73,8 +81,22 @@ class Context {
   template <typename T, typename Make>
   T& plan(const PlanKey& key, Make&& make) {
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+    if (it == plans_.end()) {
+      it = plans_.emplace(key, std::unique_ptr<Plan>(make())).first;
+      if (!it->second->impl.empty()) note_kernel(it->second->what, it->second->impl);
+    }
     return static_cast<T&>(*it->second);
+  }
+  /// The oneDNN kernels of the plans made so far (one per distinct op and implementation).
+  const std::vector<std::pair<std::string, std::string>>& kernels() const { return kernels_; }
+  /// Records the kernel of op `what`; a later note for the same op replaces the earlier one.
+  void note_kernel(const std::string& what, const std::string& impl) {
+    for (auto& k : kernels_)
+      if (k.first == what) {
+        k.second = impl;
+        return;
+      }
+    kernels_.emplace_back(what, impl);
   }
   size_t plan_count() const { return plans_.size(); }
   /// Counts memory that plans own (oneDNN scratchpads) in the backend's accounting.
@@ -94,6 +116,7 @@ class Context {
   dnnl::stream stream_;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
   size_t plan_bytes_ = 0;
+  std::vector<std::pair<std::string, std::string>> kernels_;
 };
 
 /// MPX_CPU_REFERENCE=1 (read once): every op runs mpx's plain loops instead of oneDNN,

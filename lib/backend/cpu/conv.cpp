@@ -2,122 +2,32 @@
 // Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
 // 16-bit operands are widened into float32 scratch, the float32 kernel runs,
 // and 16-bit outputs are rounded once from the float32 result.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
+#include <omp.h>
+
+#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv_wgrad.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
+#include "core/error.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
 
 namespace {
 
-struct Geo {
-  int64_t N, H, W, C, K, R, S, P, Q;
-  int sh, sw, pt, pl;
-};
-
-Geo geometry(const Conv2dParams& p, const Shape& x, const Shape& w) {
-  Geo g{};
-  g.N = x[0], g.H = x[1], g.W = x[2], g.C = x[3];
-  g.K = w[0], g.R = w[1], g.S = w[2];
-  g.P = p.out_h(static_cast<int>(g.H));
-  g.Q = p.out_w(static_cast<int>(g.W));
-  g.sh = p.stride_h, g.sw = p.stride_w, g.pt = p.pad_top, g.pl = p.pad_left;
-  return g;
-}
-
-// ---- plain float32 loops ---------------------------------------------------------
-
-// y[n,p,q,k] = b[k] + sum_{r,s,c} x[n, p*sh-pt+r, q*sw-pl+s, c] * w[k,r,s,c] (the activation
-// follows in activation_epilogue)
-void conv_forward_loops(const Geo& g, const float* x, const float* w, const float* b, float* y) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t p = 0; p < g.P; ++p)
-      for (int64_t q = 0; q < g.Q; ++q) {
-        float* yo = y + ((n * g.P + p) * g.Q + q) * g.K;
-        for (int64_t k = 0; k < g.K; ++k) yo[k] = b ? b[k] : 0.0f;
-        for (int64_t r = 0; r < g.R; ++r) {
-          const int64_t ih = p * g.sh - g.pt + r;
-          if (ih < 0 || ih >= g.H) continue;
-          for (int64_t s = 0; s < g.S; ++s) {
-            const int64_t iw = q * g.sw - g.pl + s;
-            if (iw < 0 || iw >= g.W) continue;
-            const float* xi = x + ((n * g.H + ih) * g.W + iw) * g.C;
-            for (int64_t k = 0; k < g.K; ++k) {
-              const float* wk = w + ((k * g.R + r) * g.S + s) * g.C;
-              float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-              for (int64_t c = 0; c < g.C; ++c) acc += xi[c] * wk[c];
-              yo[k] += acc;
-            }
-          }
-        }
-      }
-}
-
-// dx[n,h,w,c] = sum over (p,q,r,s) that read (h,w) of dy[n,p,q,k] * w[k,r,s,c]
-void conv_backward_data_loops(const Geo& g, const float* dy, const float* w, float* dx) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < g.N; ++n) {
-    std::memset(dx + n * g.H * g.W * g.C, 0, sizeof(float) * static_cast<size_t>(g.H * g.W * g.C));
-    for (int64_t p = 0; p < g.P; ++p)
-      for (int64_t q = 0; q < g.Q; ++q) {
-        const float* dyo = dy + ((n * g.P + p) * g.Q + q) * g.K;
-        for (int64_t r = 0; r < g.R; ++r) {
-          const int64_t ih = p * g.sh - g.pt + r;
-          if (ih < 0 || ih >= g.H) continue;
-          for (int64_t s = 0; s < g.S; ++s) {
-            const int64_t iw = q * g.sw - g.pl + s;
-            if (iw < 0 || iw >= g.W) continue;
-            float* dxi = dx + ((n * g.H + ih) * g.W + iw) * g.C;
-            for (int64_t k = 0; k < g.K; ++k) {
-              const float gk = dyo[k];
-              const float* wk = w + ((k * g.R + r) * g.S + s) * g.C;
-              for (int64_t c = 0; c < g.C; ++c) dxi[c] += gk * wk[c];
-            }
-          }
-        }
-      }
-  }
-}
-
-// dw[k,r,s,c] = sum_{n,p,q} dy[n,p,q,k] * x[n, p*sh-pt+r, q*sw-pl+s, c]; db[k] = sum dy[...,k]
-void conv_backward_filter_loops(const Geo& g, const float* x, const float* dy, float* dw, float* db) {
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t k = 0; k < g.K; ++k) {
-    float* dwk = dw + k * g.R * g.S * g.C;
-    std::memset(dwk, 0, sizeof(float) * static_cast<size_t>(g.R * g.S * g.C));
-    float bsum = 0.0f;
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t p = 0; p < g.P; ++p)
-        for (int64_t q = 0; q < g.Q; ++q) {
-          const float gk = dy[((n * g.P + p) * g.Q + q) * g.K + k];
-          bsum += gk;
-          for (int64_t r = 0; r < g.R; ++r) {
-            const int64_t ih = p * g.sh - g.pt + r;
-            if (ih < 0 || ih >= g.H) continue;
-            for (int64_t s = 0; s < g.S; ++s) {
-              const int64_t iw = q * g.sw - g.pl + s;
-              if (iw < 0 || iw >= g.W) continue;
-              const float* xi = x + ((n * g.H + ih) * g.W + iw) * g.C;
-              float* d = dwk + (r * g.S + s) * g.C;
-              for (int64_t c = 0; c < g.C; ++c) d[c] += gk * xi[c];
-            }
-          }
-        }
-    if (db) db[k] = bsum;
-  }
-}
+using namespace conv_detail;
 
 // ---- oneDNN primitives ----------------------------------------------------------------
 
-enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103 };
+enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103, kConvWgradChoice = 104 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
   PlanKey k;
@@ -170,12 +80,8 @@ std::string conv_what(const char* op, const Geo& g) {
 
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(Context& ctx, const ConvDescs& d, bool bias,
                                                       Activation fused = Activation::None) {
-  using cf = dnnl::convolution_forward;
-  const cf::desc desc = bias ? cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                        d.src_any, d.wei_any, d.bias, d.dst_any, d.strides, d.pad_l, d.pad_r)
-                             : cf::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                        d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l, d.pad_r);
-  return cf::primitive_desc(desc, make_attr(fused), ctx.engine());
+  return dnnlc::conv_fwd(ctx.engine(), d.src_any, d.wei_any, bias ? &d.bias : nullptr, d.dst_any, d.strides, d.pad_l,
+                         d.pad_r, make_attr(fused));
 }
 
 DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias, Activation fused) {
@@ -200,14 +106,12 @@ DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool 
 DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) {
   return ctx.plan<DnnlPlan>(conv_key(kConvBwdData, p, g, 0), [&] {
     return dnnl_try(conv_what("convolution backward data", g), [&] {
-      using cb = dnnl::convolution_backward_data;
       auto plan = std::make_unique<DnnlPlan>();
       const ConvDescs d = conv_descs(p, g);
       const auto hint = conv_fwd_pd(ctx, d, false);
-      const cb::desc desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
-                          d.pad_r);
-      const cb::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
-      plan->prim = cb(pd);
+      const auto pd = dnnlc::conv_bwd_data(ctx.engine(), d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
+                                           d.pad_r, hint, make_attr());
+      plan->prim = dnnl::convolution_backward_data(pd);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
@@ -217,7 +121,8 @@ DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) 
   });
 }
 
-// oneDNN 2.6.3 bug (AVX2 jit_1x1 backward weights, NHWC source, strided 1x1, few channels):
+// oneDNN bug (AVX2 jit_1x1 backward weights, NHWC source, strided 1x1, few channels), in
+// 2.6.3 and still in 3.2 (docs/cpu-performance.md):
 // its per-thread copy of the strided source ("rtus") is booked as is*C floats per thread
 // but addressed as (ic_b*is + sp)*8 (jit_avx2_1x1_convolution.cpp), so with 2+ threads a
 // thread writes into the next one's copy and the last one past it, into the reducer's
@@ -236,7 +141,6 @@ bool rtus_nhwc_bwd_weights_bug(const Conv2dParams& p, const Geo& g) {
 DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool bias) {
   return ctx.plan<DnnlPlan>(conv_key(kConvBwdFilter, p, g, bias ? 1 : 0), [&] {
     return dnnl_try(conv_what("convolution backward weights", g), [&] {
-      using cw = dnnl::convolution_backward_weights;
       auto plan = std::make_unique<DnnlPlan>();
       ConvDescs d = conv_descs(p, g);
       const bool avoid_nhwc = rtus_nhwc_bwd_weights_bug(p, g);
@@ -245,13 +149,12 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
         d.dst_any = dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::any);
       }
       const auto hint = conv_fwd_pd(ctx, d, bias);
-      const cw::desc desc = bias ? cw::desc(dnnl::algorithm::convolution_direct, avoid_nhwc ? d.src_any : d.src,
-                                            d.wei_any, d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides,
-                                            d.pad_l, d.pad_r)
-                                 : cw::desc(dnnl::algorithm::convolution_direct, d.src_any, d.wei_any, d.dst_any,
-                                            d.strides, d.pad_l, d.pad_r);
-      const cw::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
-      plan->prim = cw(pd);
+      const auto pd = bias ? dnnlc::conv_bwd_weights(ctx.engine(), avoid_nhwc ? d.src_any : d.src, d.wei_any,
+                                                     &d.bias, avoid_nhwc ? d.dst_any : d.dst, d.strides, d.pad_l,
+                                                     d.pad_r, hint, make_attr())
+                           : dnnlc::conv_bwd_weights(ctx.engine(), d.src_any, d.wei_any, nullptr, d.dst_any,
+                                                     d.strides, d.pad_l, d.pad_r, hint, make_attr());
+      plan->prim = dnnl::convolution_backward_weights(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
@@ -260,6 +163,86 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
       return plan.release();
     });
   });
+}
+
+// ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
+
+// MPX_CONV_WGRAD: unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" measures
+// both on the first call of each shape and keeps the faster. Not the default: a choice by
+// timing can differ between processes, and with it the rounding of the weight gradient, which
+// would break the bit-exact resume (docs/cpu-performance.md).
+enum class WgradMode { Auto, Gemm, OneDnn };
+WgradMode wgrad_mode() {
+  static const WgradMode m = [] {
+    const std::string v = env_string("MPX_CONV_WGRAD");
+    if (v == "gemm") return WgradMode::Gemm;
+    if (v == "auto") return WgradMode::Auto;
+    if (!v.empty() && v != "onednn")
+      throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected onednn, auto or gemm (or unset it)");
+    return WgradMode::OneDnn;
+  }();
+  return m;
+}
+
+struct WgradChoice : Plan {
+  bool gemm = false;
+};
+
+WgradGeo wgrad_geo(const Geo& g) { return {g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.P, g.Q, g.pt, g.pl}; }
+
+void run_wgrad_gemm(Context& ctx, const Geo& g, const float* x, const float* dy, float* dw, float* db) {
+  const WgradGeo wg = wgrad_geo(g);
+  float* scratch = ctx.scratch(kSlotTmp0, wgrad_gemm_scratch(wg, omp_get_max_threads()));
+  conv_wgrad_gemm(wg, x, dy, dw, db, scratch);
+}
+
+void run_wgrad_onednn(Context& ctx, DnnlPlan& plan, const float* x, const float* dy, float* dw, float* db) {
+  plan.bind(DNNL_ARG_SRC, x);
+  plan.bind(DNNL_ARG_DIFF_DST, dy);
+  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dw);
+  if (db) plan.bind(DNNL_ARG_DIFF_BIAS, db);
+  plan.run(ctx);
+}
+
+/// Milliseconds of the faster of two runs of f.
+template <typename F>
+double best_ms(F&& f) {
+  double best = 1e300;
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+/// Whether this shape's weight gradient runs the GEMM kernel; in auto mode the first call
+/// times both kernels on its own data (their results are equal up to rounding, and the
+/// last run leaves a complete result) and records the choice with the kernels.
+bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g, DnnlPlan& dnnl_plan, const float* x,
+                    const float* dy, float* dw, float* db) {
+  const WgradMode mode = wgrad_mode();
+  if (mode == WgradMode::OneDnn || !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w)) return false;
+  const std::string what = conv_what("convolution backward weights", g);
+  bool made = false;
+  WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, db ? 1 : 0), [&] {
+    made = true;
+    return new WgradChoice;
+  });
+  if (!made) return c.gemm;
+  if (mode == WgradMode::Gemm) {
+    c.gemm = true;
+    ctx.note_kernel(what, "gemm:sgemm (MPX_CONV_WGRAD=gemm)");
+    return true;
+  }
+  const double t_dnnl = best_ms([&] { run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db); });
+  const double t_gemm = best_ms([&] { run_wgrad_gemm(ctx, g, x, dy, dw, db); });
+  c.gemm = t_gemm < t_dnnl;
+  if (!c.gemm) run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db);
+  ctx.note_kernel(what, fmt::format("{} (measured {:.2f} ms, {} {:.2f} ms)", c.gemm ? "gemm:sgemm" : dnnl_plan.impl,
+                                    c.gemm ? t_gemm : t_dnnl, c.gemm ? dnnl_plan.impl : "gemm:sgemm",
+                                    c.gemm ? t_dnnl : t_gemm));
+  return c.gemm;
 }
 
 // The activation fused into the convolution as a oneDNN post-op: exact_post_op's (dnnl_util.h)
@@ -330,11 +313,10 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
     conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
   } else {
     DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);
-    plan.bind(DNNL_ARG_SRC, xf);
-    plan.bind(DNNL_ARG_DIFF_DST, dyf);
-    plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-    if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-    plan.run(ctx);
+    if (use_wgrad_gemm(ctx, p, g, plan, xf, dyf, dwf, dbf))
+      run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
+    else
+      run_wgrad_onednn(ctx, plan, xf, dyf, dwf, dbf);
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);

@@ -106,12 +106,9 @@ std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
 
 dnnl::inner_product_forward::primitive_desc dense_fwd_pd(Context& ctx, const DenseDescs& d, bool bias,
                                                          Activation fused = Activation::None) {
-  using ip = dnnl::inner_product_forward;
-  const ip::desc desc = bias ? ip::desc(dnnl::prop_kind::forward_training, d.src, d.wei, d.bias, d.dst)
-                             : ip::desc(dnnl::prop_kind::forward_training, d.src, d.wei, d.dst);
   // No fused ReLU post-op: oneDNN's ReLU turns NaN into 0 (measured: jit max(x, 0)),
   // and the backend keeps NaN so that check_numerics sees it (exact_post_op, dnnl_util.h).
-  return ip::primitive_desc(desc, make_attr(fused), ctx.engine());
+  return dnnlc::ip_fwd(ctx.engine(), d.src, d.wei, bias ? &d.bias : nullptr, d.dst, make_attr(fused));
 }
 
 /// A primitive over kRows rows. A partial last chunk goes through the two temporary
@@ -167,12 +164,11 @@ RowsPlan& dense_bwd_data_plan(Context& ctx, int64_t Ci, int64_t Co) {
   k << kDenseBwdData << kRows << Ci << Co;
   return ctx.plan<RowsPlan>(k, [&] {
     return dnnl_try(dense_what("inner product backward data", kRows, Ci, Co), [&] {
-      using ib = dnnl::inner_product_backward_data;
       auto plan = std::make_unique<RowsPlan>();
       const DenseDescs d = dense_descs(kRows, Ci, Co);
       const auto hint = dense_fwd_pd(ctx, d, false);
-      const ib::primitive_desc pd(ib::desc(d.src, d.wei, d.dst), make_attr(), ctx.engine(), hint);
-      plan->prim = ib(pd);
+      const auto pd = dnnlc::ip_bwd_data(ctx.engine(), d.src, d.wei, d.dst, hint, make_attr());
+      plan->prim = dnnl::inner_product_backward_data(pd);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
@@ -188,13 +184,12 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
   k << kDenseBwdWeights << N << Ci << Co << (bias ? 1 : 0);
   return ctx.plan<DnnlPlan>(k, [&] {
     return dnnl_try(dense_what("inner product backward weights", N, Ci, Co), [&] {
-      using iw = dnnl::inner_product_backward_weights;
       auto plan = std::make_unique<DnnlPlan>();
       const DenseDescs d = dense_descs(N, Ci, Co);
       const auto hint = dense_fwd_pd(ctx, d, bias);
-      const iw::desc desc = bias ? iw::desc(d.src, d.wei, d.bias, d.dst) : iw::desc(d.src, d.wei, d.dst);
-      const iw::primitive_desc pd(desc, make_attr(), ctx.engine(), hint);
-      plan->prim = iw(pd);
+      const auto pd = dnnlc::ip_bwd_weights(ctx.engine(), d.src, d.wei, bias ? &d.bias : nullptr, d.dst, hint,
+                                            make_attr());
+      plan->prim = dnnl::inner_product_backward_weights(pd);
       plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
       plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);

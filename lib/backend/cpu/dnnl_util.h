@@ -8,10 +8,12 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/context.h"
+#include "backend/cpu/dnnl_compat.h"
 #include "core/activation.h"
 #include "core/error.h"
 
@@ -78,6 +80,7 @@ struct DnnlPlan : Plan {
     const dnnl::memory::desc md = pd.scratchpad_desc();
     args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(md, ctx.engine());
     ctx.account(md.get_size());
+    impl = pd.impl_info_str();
   }
 };
 
@@ -103,7 +106,7 @@ inline dnnl::primitive_attr make_attr(Activation fused = Activation::None) {
   if (!fused.is_none()) {
     MPX_CHECK(fused.kind == ActKind::Relu || fused.kind == ActKind::LeakyRelu);
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, fused.alpha, 0.0f);
+    dnnlc::append_eltwise(ops, dnnl::algorithm::eltwise_relu, fused.alpha, 0.0f);
     attr.set_post_ops(ops);
   }
   return attr;
@@ -117,11 +120,15 @@ inline int64_t act_key(Activation a) {
   return (static_cast<int64_t>(a.kind) << 32) | bits;
 }
 
-/// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes.
+/// Runs make(); turns a dnnl::error into an mpx::Error naming the op and shapes. A plan it
+/// makes is labelled with `what` (Context::kernels).
 template <typename F>
 auto dnnl_try(const std::string& what, F&& make) -> decltype(make()) {
   try {
-    return make();
+    auto made = make();
+    using R = std::remove_pointer_t<decltype(made)>;
+    if constexpr (std::is_pointer_v<decltype(made)> && std::is_base_of_v<Plan, R>) made->what = what;
+    return made;
   } catch (const dnnl::error& e) {
     throw Error("oneDNN could not create " + what + ": " + e.what());
   }

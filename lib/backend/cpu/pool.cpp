@@ -132,25 +132,20 @@ DnnlPlan& avg_pool_plan(Context& ctx, const AvgGeo& a, bool backward) {
     << a.pl << a.pb << a.pr;
   return ctx.plan<DnnlPlan>(k, [&] {
     return dnnl_try(avg_what(backward ? "average pooling backward" : "average pooling forward", a), [&] {
-      using pf = dnnl::pooling_forward;
-      using pb = dnnl::pooling_backward;
       auto plan = std::make_unique<DnnlPlan>();
       const dnnl::memory::desc src({a.N, a.C, a.H, a.W}, dt::f32, tag::nhwc);
       const dnnl::memory::desc dst({a.N, a.C, a.P, a.Q}, dt::f32, tag::nhwc);
       const dnnl::memory::dims strides{a.sh, a.sw}, kernel{a.R, a.S}, pad_l{a.pt, a.pl}, pad_r{a.pb, a.pr};
       const auto alg = dnnl::algorithm::pooling_avg_exclude_padding;  // Keras: padding not in the divisor
-      const pf::primitive_desc fwd(
-          pf::desc(dnnl::prop_kind::forward_training, alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(),
-          ctx.engine());
+      const auto fwd = dnnlc::pool_fwd(ctx.engine(), alg, src, dst, strides, kernel, pad_l, pad_r, make_attr());
       if (!backward) {
-        plan->prim = pf(fwd);
+        plan->prim = dnnl::pooling_forward(fwd);
         plan->add_arg(ctx, DNNL_ARG_SRC, src, fwd.src_desc(), false);
         plan->add_arg(ctx, DNNL_ARG_DST, dst, fwd.dst_desc(), true);
         plan->set_scratchpad(ctx, fwd);
       } else {
-        const pb::primitive_desc bwd(pb::desc(alg, src, dst, strides, kernel, pad_l, pad_r), make_attr(),
-                                     ctx.engine(), fwd);
-        plan->prim = pb(bwd);
+        const auto bwd = dnnlc::pool_bwd(ctx.engine(), alg, src, dst, strides, kernel, pad_l, pad_r, fwd, make_attr());
+        plan->prim = dnnl::pooling_backward(bwd);
         plan->add_arg(ctx, DNNL_ARG_DIFF_DST, dst, bwd.diff_dst_desc(), false);
         plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, src, bwd.diff_src_desc(), true);
         plan->set_scratchpad(ctx, bwd);

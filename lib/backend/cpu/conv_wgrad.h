@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+// The weight gradient of a stride-1 convolution as GEMMs over tiles of NHWC rows
+// (docs/cpu-performance.md, "The GEMM weight gradient").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mpx::cpu {
+
+struct WgradGeo {
+  int64_t N, H, W, C, K, R, S, P, Q;
+  int64_t pt, pl;  // top and left padding
+};
+
+/// Whether conv_wgrad_gemm computes this convolution (stride 1 in both directions).
+bool wgrad_gemm_applies(const WgradGeo& g, int stride_h, int stride_w);
+
+/// Floats of scratch conv_wgrad_gemm needs with `threads` OpenMP threads.
+size_t wgrad_gemm_scratch(const WgradGeo& g, int threads);
+
+/// dw[k,r,s,c] = sum_{n,p,q} dy[n,p,q,k] * x[n, p-pt+r, q-pl+s, c] (zero outside x), and
+/// db[k] = sum dy[...,k] when db is not null. x NHWC, dy NHWC, dw KRSC, all float32;
+/// `scratch` holds wgrad_gemm_scratch(g, omp_get_max_threads()) floats.
+void conv_wgrad_gemm(const WgradGeo& g, const float* x, const float* dy, float* dw, float* db, float* scratch);
+
+}  // namespace mpx::cpu

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+// `mpx devices` and `mpx bench` say which oneDNN runs and which of its kernels the timed
+// steps chose (docs/cpu-performance.md, "Which oneDNN"): the version the loaded library
+// reports is the one this build compiled against, and every convolution of a small
+// net is listed with an implementation name.
+#include <catch2/catch.hpp>
+#include <mpx/config.hpp>
+#include <nlohmann/json.hpp>
+
+#include <stdlib.h>
+
+#include <regex>
+#include <set>
+#include <string>
+
+#include "support/cli.h"
+
+using nlohmann::json;
+using support::Run;
+using support::run_mpx;
+
+namespace {
+
+// On the synthetic data set (28x28x1): conv 3x3 (1 -> 16 channels) then conv 3x3 stride 2 (16 -> 16).
+const char* kConfig =
+    "name: cli_onednn\n"
+    "seed: 5\n"
+    "device: cpu\n"
+    "data: {dataset: synthetic, batch_size: 8, train_limit: 32, test_limit: 8}\n"
+    "model:\n"
+    "  layers:\n"
+    "    - {type: conv2d, filters: 16, kernel: 3, padding: same, activation: relu}\n"
+    "    - {type: conv2d, filters: 16, kernel: 3, strides: 2, activation: relu}\n"
+    "    - {type: global_avg_pool}\n"
+    "    - {type: dense, units: 10, activation: softmax, dtype: float32}\n";
+
+/// "oneDNN X.Y.Z (...)" -> "X.Y.Z"; "" when the text is not of that form.
+std::string version_of(const std::string& library) {
+  static const std::regex re("^oneDNN ([0-9]+\\.[0-9]+\\.[0-9]+) \\(commit [^;]+; (.*libdnnl\\.so[^)]*)\\)$");
+  std::smatch m;
+  return std::regex_match(library, m, re) ? m[1].str() : std::string();
+}
+
+}  // namespace
+
+TEST_CASE("devices names the oneDNN that is loaded, the one the build compiled against", "[cli][devices]") {
+  support::TempDir t("mpx_cli_onednn");
+  const Run j = run_mpx("devices --json", t.path);
+  REQUIRE(j.code == 0);
+  const json d = json::parse(j.out);
+  const std::string lib = d.at("cpu").at("library").get<std::string>();
+  INFO(lib);
+  CHECK(version_of(lib) == MPX_ONEDNN_VERSION);
+  const Run r = run_mpx("devices", t.path);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("library       " + lib) != std::string::npos);
+}
+
+TEST_CASE("bench lists the oneDNN kernels of every convolution pass", "[cli][bench]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  const Run r = run_mpx("bench --config c.yaml --steps 2 --warmup 1 --json", t.path);
+  REQUIRE(r.code == 0);
+  const json j = json::parse(r.out);
+  CHECK(version_of(j.at("library").get<std::string>()) == MPX_ONEDNN_VERSION);
+  std::set<std::string> conv_ops;
+  for (const json& k : j.at("kernels")) {
+    const std::string op = k.at("op").get<std::string>(), impl = k.at("impl").get<std::string>();
+    INFO(op << ": " << impl);
+    CHECK(!impl.empty());
+    if (op.rfind("convolution ", 0) == 0) conv_ops.insert(op);
+  }
+  // Forward of both layers, backward weights of both, backward data of the second only
+  // (the first layer's input needs no gradient).
+  const std::string w1 = "x [8, 28, 28, 1], w [16, 3, 3, 1]", w2 = "x [8, 28, 28, 16], w [16, 3, 3, 16]";
+  for (const std::string& want : {"convolution forward for " + w1, "convolution forward for " + w2,
+                                  "convolution backward weights for " + w1, "convolution backward weights for " + w2,
+                                  "convolution backward data for " + w2}) {
+    INFO(want);
+    CHECK(conv_ops.count(want) == 1);
+  }
+  CHECK(conv_ops.size() == 5);
+
+  const Run text = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("library      oneDNN " MPX_ONEDNN_VERSION) != std::string::npos);
+  CHECK(text.out.find("kernels\n") != std::string::npos);
+  CHECK(text.out.find(" convolution backward weights for " + w2 + "\n") != std::string::npos);
+}
+
+TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel; a bad value is exit 2",
+          "[cli][bench]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  ::setenv("MPX_CONV_WGRAD", "gemm", 1);
+  const Run r = run_mpx("bench --config c.yaml --steps 1 --warmup 0 --json", t.path);
+  ::setenv("MPX_CONV_WGRAD", "fastest", 1);
+  const Run bad = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  ::unsetenv("MPX_CONV_WGRAD");
+  REQUIRE(r.code == 0);
+  std::string first, second;
+  const json j = json::parse(r.out);
+  for (const json& k : j.at("kernels")) {
+    const std::string op = k.at("op").get<std::string>();
+    if (op == "convolution backward weights for x [8, 28, 28, 1], w [16, 3, 3, 1]") first = k.at("impl").get<std::string>();
+    if (op == "convolution backward weights for x [8, 28, 28, 16], w [16, 3, 3, 16]") second = k.at("impl").get<std::string>();
+  }
+  CHECK(first.rfind("gemm:sgemm", 0) == 0);            // stride 1
+  CHECK(!second.empty());
+  CHECK(second.find("gemm") == std::string::npos);     // stride 2: oneDNN's
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
+}
