@@ -116,6 +116,42 @@ std::vector<std::string> temp_files(const fs::path& run) {
   return v;
 }
 
+/// The end of a killed-and-resumed run against the uninterrupted one: the same arenas bit for
+/// bit, the same summary numbers, each epoch once with the same numbers, each step once.
+void check_same_end(const fs::path& straight, const fs::path& run) {
+  const Snapshot want = snapshot(straight / "checkpoints" / "last.ckpt");
+  const Snapshot got = snapshot(run / "checkpoints" / "last.ckpt");
+  CHECK(got.global_step == want.global_step);
+  CHECK(support::same_bits(got.master, want.master));
+  CHECK(support::same_bits(got.state, want.state));
+  REQUIRE(got.opt.size() == want.opt.size());
+  for (size_t i = 0; i < got.opt.size(); ++i) CHECK(support::same_bits(got.opt[i], want.opt[i]));
+  const auto a = support::read_json(straight / "summary.json");
+  const auto b = support::read_json(run / "summary.json");
+  CHECK(a["final_test_accuracy"] == b["final_test_accuracy"]);
+  CHECK(a["final_train_loss"] == b["final_train_loss"]);
+
+  std::vector<nlohmann::json> want_epochs, got_epochs;
+  std::vector<int64_t> steps;
+  for (const auto& r : support::read_jsonl(straight / "metrics.jsonl"))
+    if (r["kind"] == "epoch") want_epochs.push_back(r);
+  for (const auto& r : support::read_jsonl(run / "metrics.jsonl")) {
+    if (r["kind"] == "epoch") got_epochs.push_back(r);
+    if (r["kind"] == "step") steps.push_back(r["step"].get<int64_t>());
+  }
+  REQUIRE(got_epochs.size() == want_epochs.size());
+  for (size_t i = 0; i < got_epochs.size(); ++i) {
+    CHECK(got_epochs[i]["epoch"] == want_epochs[i]["epoch"]);
+    CHECK(got_epochs[i]["train_loss"] == want_epochs[i]["train_loss"]);
+    CHECK(got_epochs[i]["test_loss"] == want_epochs[i]["test_loss"]);
+    CHECK(got_epochs[i]["learning_rate"] == want_epochs[i]["learning_rate"]);
+  }
+  REQUIRE(static_cast<int64_t>(steps.size()) == want.global_step);
+  for (size_t i = 0; i < steps.size(); ++i) CHECK(steps[i] == static_cast<int64_t>(i) + 1);
+  // The last start removed what earlier kills left half written.
+  CHECK(temp_files(run).empty());
+}
+
 }  // namespace
 
 TEST_CASE("cli crash: SIGKILL at random moments, resume each time, end bit-exact", "[cli][crash]") {
@@ -129,103 +165,78 @@ TEST_CASE("cli crash: SIGKILL at random moments, resume each time, end bit-exact
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(WEXITSTATUS(wait_status(spawn_mpx(t.path, args, t.path / "straight.log"))) == 0);
   const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const Snapshot want = snapshot(t.path / "straight" / "checkpoints" / "last.ckpt");
+  const int64_t total_steps = snapshot(t.path / "straight" / "checkpoints" / "last.ckpt").global_step;
 
-  const fs::path run = t.path / "cut", ckpts = run / "checkpoints";
+  // Chains of kill-and-resume, each in a fresh folder, until enough kills landed; a chain whose
+  // last start outlived its kill moment ran to the end and is compared with the straight run.
   std::mt19937 rng(20261130);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  int kills = 0, fresh_starts = 0, resumes = 0;
-  for (int attempt = 0; attempt < 60 && kills < 24; ++attempt) {
-    const bool have = fs::exists(ckpts / "last.ckpt");
-    int64_t from_step = -1;
-    args = base;
-    if (have) {
-      from_step = snapshot(ckpts / "last.ckpt").global_step;
-      args.insert(args.end(), {"--resume", "cut"});
-      ++resumes;
-    } else {
-      if (fs::exists(run)) {
-        // Killed before its first checkpoint: --resume says so, naming the folder.
-        const auto r = support::run_mpx("train --no-progress --config c.yaml --resume cut", t.path);
-        CHECK(r.code == 2);
-        CHECK(r.err.find("no checkpoints/last.ckpt") != std::string::npos);
+  int kills = 0, fresh_starts = 0, resumes = 0, chains = 0;
+  for (int attempt = 0; attempt < 80 && kills < 12; ++chains) {
+    const fs::path run = t.path / ("cut" + std::to_string(chains)), ckpts = run / "checkpoints";
+    const std::string name = run.filename().string();
+    for (bool finished = false; !finished && attempt < 80; ++attempt) {
+      const bool have = fs::exists(ckpts / "last.ckpt");
+      int64_t from_step = -1;
+      args = base;
+      if (have) {
+        from_step = snapshot(ckpts / "last.ckpt").global_step;
+        args.insert(args.end(), {"--resume", name});
+        ++resumes;
+      } else {
+        if (fs::exists(run)) {
+          // Killed before its first checkpoint: --resume says so.
+          const auto r = support::run_mpx("train --no-progress --config c.yaml --resume " + name, t.path);
+          CHECK(r.code == 2);
+          CHECK(r.err.find("no checkpoints/last.ckpt") != std::string::npos);
+        }
+        args.insert(args.end(), {"--run-dir", name});
+        ++fresh_starts;
       }
-      args.insert(args.end(), {"--run-dir", "cut"});
-      ++fresh_starts;
-    }
-    const fs::path log = t.path / ("attempt" + std::to_string(attempt) + ".log");
-    const pid_t pid = spawn_mpx(t.path, args, log);
-    // A moment within what is left of the run (start-up, then the remaining steps).
-    const double left = from_step < 0 ? 1.0 : 1.0 - static_cast<double>(from_step) / want.global_step;
-    const auto delay = std::chrono::duration<double, std::milli>(unit(rng) * run_ms * (0.3 + 0.7 * left));
-    // Poll so that a run that finishes early is reaped, not killed after it ended.
-    const auto until = std::chrono::steady_clock::now() + delay;
-    int status = 0;
-    pid_t done = 0;
-    while (std::chrono::steady_clock::now() < until && (done = ::waitpid(pid, &status, WNOHANG)) == 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (done == 0) {
-      ::kill(pid, SIGKILL);
-      status = wait_status(pid);
-    }
-    const std::string text = support::read_file(log);
-    INFO("attempt " << attempt << " killed after " << delay.count() << " ms\n" << text);
-    if (have) {
-      // It resumed from the checkpoint that was on disk (the newest whole one).
-      if (text.find("resuming at epoch") != std::string::npos)
+      const fs::path log = t.path / ("attempt" + std::to_string(attempt) + ".log");
+      const pid_t pid = spawn_mpx(t.path, args, log);
+      // A moment within what is left of the run (start-up, then the remaining steps).
+      const double left = from_step < 0 ? 1.0 : 1.0 - static_cast<double>(from_step) / total_steps;
+      const auto delay = std::chrono::duration<double, std::milli>(unit(rng) * run_ms * (0.2 + 0.8 * left));
+      const auto until = std::chrono::steady_clock::now() + delay;
+      int status = 0;
+      pid_t done = 0;  // polled, so that a run that ends early is reaped, not killed after it ended
+      while (std::chrono::steady_clock::now() < until && (done = ::waitpid(pid, &status, WNOHANG)) == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (done == 0) {
+        ::kill(pid, SIGKILL);
+        status = wait_status(pid);
+      }
+      const std::string text = support::read_file(log);
+      INFO("attempt " << attempt << " in " << name << ", kill after " << delay.count() << " ms\n" << text);
+      // A resume starts from the checkpoint that was on disk: the newest whole one.
+      if (have && text.find("resuming at epoch") != std::string::npos)
         CHECK(text.find("global step " + std::to_string(from_step) + ",") != std::string::npos);
+      check_checkpoints_whole(ckpts);
+      if (WIFSIGNALED(status)) {
+        ++kills;
+        continue;
+      }
+      REQUIRE(WEXITSTATUS(status) == 0);  // it finished before its kill moment
+      finished = true;
+      check_same_end(t.path / "straight", run);
     }
-    check_checkpoints_whole(ckpts);
-    if (WIFSIGNALED(status)) {
-      ++kills;
-      continue;
-    }
-    REQUIRE(WEXITSTATUS(status) == 0);  // it finished before the kill
-    break;
   }
-  // Whatever is left runs to the end.
-  if (!fs::exists(ckpts / "last.ckpt") || snapshot(ckpts / "last.ckpt").global_step != want.global_step) {
-    args = base;
-    if (fs::exists(ckpts / "last.ckpt"))
-      args.insert(args.end(), {"--resume", "cut"});
-    else
-      args.insert(args.end(), {"--run-dir", "cut"});
-    REQUIRE(WEXITSTATUS(wait_status(spawn_mpx(t.path, args, t.path / "final.log"))) == 0);
-  }
-  INFO(kills << " kills, " << resumes << " resumes, " << fresh_starts << " fresh starts; run " << run_ms << " ms");
-  CHECK(kills >= 10);
+  INFO(kills << " kills, " << resumes << " resumes, " << fresh_starts << " fresh starts in " << chains
+             << " chains; the straight run took " << run_ms << " ms");
+  CHECK(kills >= 12);
   CHECK(resumes >= 3);
-
-  const Snapshot got = snapshot(ckpts / "last.ckpt");
-  CHECK(got.global_step == want.global_step);
-  CHECK(support::same_bits(got.master, want.master));
-  CHECK(support::same_bits(got.state, want.state));
-  REQUIRE(got.opt.size() == want.opt.size());
-  for (size_t i = 0; i < got.opt.size(); ++i) CHECK(support::same_bits(got.opt[i], want.opt[i]));
-  const auto a = support::read_json(t.path / "straight" / "summary.json");
-  const auto b = support::read_json(run / "summary.json");
-  CHECK(a["final_test_accuracy"] == b["final_test_accuracy"]);
-  CHECK(a["final_train_loss"] == b["final_train_loss"]);
-
-  // Each epoch once, in order, with the uninterrupted run's numbers; no step twice.
-  std::vector<nlohmann::json> want_epochs, got_epochs;
-  std::vector<int64_t> steps;
-  for (const auto& r : support::read_jsonl(t.path / "straight" / "metrics.jsonl"))
-    if (r["kind"] == "epoch") want_epochs.push_back(r);
-  for (const auto& r : support::read_jsonl(run / "metrics.jsonl")) {
-    if (r["kind"] == "epoch") got_epochs.push_back(r);
-    if (r["kind"] == "step") steps.push_back(r["step"].get<int64_t>());
+  // The last chain, still cut short: resume it to the end.
+  const fs::path run = t.path / ("cut" + std::to_string(chains - 1));
+  if (!fs::exists(run / "summary.json") || support::read_json(run / "summary.json")["status"] != "completed") {
+    args = base;
+    if (fs::exists(run / "checkpoints" / "last.ckpt"))
+      args.insert(args.end(), {"--resume", run.filename().string()});
+    else
+      args.insert(args.end(), {"--run-dir", run.filename().string()});
+    REQUIRE(WEXITSTATUS(wait_status(spawn_mpx(t.path, args, t.path / "final.log"))) == 0);
+    check_same_end(t.path / "straight", run);
   }
-  REQUIRE(got_epochs.size() == want_epochs.size());
-  for (size_t i = 0; i < got_epochs.size(); ++i) {
-    CHECK(got_epochs[i]["epoch"] == want_epochs[i]["epoch"]);
-    CHECK(got_epochs[i]["train_loss"] == want_epochs[i]["train_loss"]);
-    CHECK(got_epochs[i]["test_loss"] == want_epochs[i]["test_loss"]);
-    CHECK(got_epochs[i]["learning_rate"] == want_epochs[i]["learning_rate"]);
-  }
-  for (size_t i = 0; i < steps.size(); ++i) CHECK(steps[i] == static_cast<int64_t>(i) + 1);
-  // The last start removed what earlier kills left half written.
-  CHECK(temp_files(run).empty());
 }
 
 TEST_CASE("cli crash: a temporary file left by a kill is removed at the next start", "[cli][crash]") {
