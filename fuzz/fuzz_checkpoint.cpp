@@ -29,6 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     mpx::fuzz::broken(std::string("not a DataError: ") + e.what());
   }
   // The header's JSON tree is a few times its text; the arenas are the file's bytes.
-  meter.stop_and_check((1u << 20) + 32 * uint64_t{size}, "the checkpoint reader");
+  meter.stop_and_check((4u << 20) + 32 * uint64_t{size}, "the checkpoint reader");
   return 0;
 }

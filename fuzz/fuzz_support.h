@@ -23,7 +23,9 @@ const std::string& scratch_dir();
 std::string write_scratch(const std::string& name, const uint8_t* data, size_t size);
 
 /// The peak of the heap bytes allocated between start() and stop() on top of
-/// what was live at start(), measured by the sanitizer allocator's hooks.
+/// what was live at start(), measured by the sanitizer allocator's hooks. The
+/// targets allow a fixed 4 MiB for I/O buffers (the data readers read in 1 MiB
+/// chunks) plus a multiple of the input's size.
 class MemoryMeter {
  public:
   void start();
