@@ -83,6 +83,12 @@ void install_signal_handlers() {
   sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // Blocked since the start (omp_wait_policy.cpp): one that arrived meanwhile is delivered now.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The mpx executable runs libgomp with the passive wait policy unless the user chose
 // one. Kept in app/ so that the library and the test executables never re-execute.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -17,8 +18,18 @@
 // executable re-executes itself once with OMP_WAIT_POLICY=passive added, unless the user
 // already chose OMP_WAIT_POLICY or GOMP_SPINCOUNT (set either to keep libgomp's
 // default). Only the mpx executable does this (this file is part of app/, not of the library).
+//
+// SIGINT and SIGTERM are blocked from here until main() has installed its handlers
+// (app/main.cpp unblocks them): a Ctrl-C during the start-up, the re-execution included
+// (the mask and pending signals survive execve), then stops the run through the handler
+// instead of killing the process (docs/design.md, "The run directory").
 extern "C" {
 static void mpx_omp_wait_policy_preinit(int /*argc*/, char** argv, char** envp) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop, nullptr);
   if (!argv || !argv[0] || !envp) return;
   constexpr size_t kMax = 4096;
   static char* env[kMax + 2];

@@ -10,6 +10,7 @@ PKGS=(
   libdnnl-dev zlib1g-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   python3 curl
+  clang libclang-rt-dev libomp-dev
 )
 
 SUDO=""

@@ -4,6 +4,11 @@
 # Release and runs every test with CTest. Tests read the real data sets from
 # ../shared/data (or MPX_DATA_MIRROR); CUDA tests report themselves skipped
 # where no GPU is present.
+#
+# Then the sanitizer stage (docs/testing.md, "Sanitizers and fuzzing in CI"):
+# the `fuzz` preset (clang, AddressSanitizer + UBSan, CPU only) in build-fuzz/,
+# the fast tests under it, and every libFuzzer target for MPX_CI_FUZZ_SECONDS
+# (default 30) each. MPX_CI_SANITIZERS=0 skips the stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,3 +17,12 @@ scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
 export MPX_DATA_MIRROR=${MPX_DATA_MIRROR:-$(cd .. && pwd)/shared/data}
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 -j"$(nproc)"
+
+if [[ ${MPX_CI_SANITIZERS:-1} == 0 ]]; then
+  echo "test.sh: MPX_CI_SANITIZERS=0: sanitizer build, tests and fuzzing skipped"
+  exit 0
+fi
+MPX_PRESET=fuzz BUILD_DIR= scripts/build.sh
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-fuzz -L fast --output-on-failure --timeout 900 -j"$(nproc)"
+scripts/fuzz.sh "${MPX_CI_FUZZ_SECONDS:-30}"

@@ -154,7 +154,8 @@ MPX_ACT_FN float exp_f(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t ni = static_cast<int32_t>(n), n1 = ni >> 1;
+  // NaN (n == n fails) converts as 0: float-to-int of NaN is undefined behaviour; p is NaN anyway.
+  const int32_t ni = n == n ? static_cast<int32_t>(n) : 0, n1 = ni >> 1;
   return p * pow2i(n1) * pow2i(ni - n1);
 }
 

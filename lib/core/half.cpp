@@ -3,6 +3,9 @@
 // independent of the FP environment) and the bulk convert() dispatcher.
 #include "core/half.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstring>
 
 #include "core/error.h"
@@ -164,7 +167,10 @@ CpuCaps detect_caps() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   const bool avx = __builtin_cpu_supports("avx");  // includes the OS (XSAVE) check
-  c.f16c = avx && __builtin_cpu_supports("f16c");
+  // F16C is CPUID leaf 1, ECX bit 29 (asked directly: clang's __builtin_cpu_supports
+  // does not know the name).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  c.f16c = avx && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
   c.avx2 = avx && __builtin_cpu_supports("avx2");
 #endif
   return c;

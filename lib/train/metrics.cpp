@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "train/run_dir.h"
@@ -43,6 +44,51 @@ void MetricsWriter::write(const json& record) {
   const std::string line = r.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
     throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
+}
+
+namespace {
+/// A record the resumed run writes again: an epoch past the checkpoint's, or any
+/// record of a later step.
+bool after_checkpoint(const json& r, int64_t epochs, int64_t global_step) {
+  if (!r.is_object()) return true;
+  const auto num = [&r](const char* key) -> int64_t {
+    const auto it = r.find(key);
+    return it != r.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+  };
+  if (r.value("kind", std::string()) == "epoch" && num("epoch") > epochs) return true;
+  return num("step") > global_step;
+}
+}  // namespace
+
+int trim_metrics_for_resume(const std::string& path, int64_t epochs, int64_t global_step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return 0;  // nothing to trim (or a device: left alone)
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return 0;
+  std::string text, kept;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw IoError("cannot read '" + path + "' to resume: " + std::strerror(errno));
+  int dropped = 0;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find('\n', at);
+    if (end == std::string::npos) {  // a last line without its newline: cut short by a kill
+      ++dropped;
+      break;
+    }
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const json r = json::parse(line, nullptr, false);
+    if (r.is_discarded() || after_checkpoint(r, epochs, global_step)) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (dropped > 0) write_file_atomic(path, kept);
+  return dropped;
 }
 
 json to_json(const MemoryReport& m) {

@@ -3,6 +3,7 @@
 // line, flushed as written) and summary.json (written atomically).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -29,6 +30,15 @@ class MetricsWriter {
   std::FILE* f_ = nullptr;
   std::string path_;
 };
+
+/**
+ * @brief Before a resume appends to `path` (metrics.jsonl): drops the records written
+ * after the checkpoint being resumed (completed `epochs`, `global_step`), which the
+ * resumed run writes again, and a last line cut short by a kill. A run killed between
+ * its metrics record and its checkpoint would otherwise list that epoch twice.
+ * Rewrites the file atomically; returns the number of lines dropped. Throws IoError.
+ */
+int trim_metrics_for_resume(const std::string& path, int64_t epochs, int64_t global_step);
 
 /// Every TrainResult field (summary.json); non-finite numbers become null.
 nlohmann::json to_json(const TrainResult& r);

@@ -72,6 +72,30 @@ void fsync_dir(const fs::path& dir) {
 }
 }  // namespace
 
+namespace {
+/// ".<name>.tmp.<digits>": write_file_atomic's temporary name.
+bool is_temp_name(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (name.size() < 2 || name[0] != '.' || at == std::string::npos || at == 0 || at + 5 >= name.size()) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at + 5), name.end(),
+                     [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+}  // namespace
+
+std::vector<std::string> remove_orphan_temp_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  for (const fs::path& folder : {fs::path(dir), fs::path(dir) / "checkpoints"}) {
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_ec;
+      if (!is_temp_name(name) || !it->is_regular_file(type_ec)) continue;
+      if (fs::remove(it->path(), type_ec)) removed.push_back(it->path().string());
+    }
+  }
+  return removed;
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write) {
   const fs::path target(path);
   const fs::path folder = target.parent_path();
@@ -119,18 +143,36 @@ class FlushingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
     if (f_) std::fclose(f_);
   }
 
+ public:
+  /// The first write failure ("cannot write '<path>': <reason>"), once; "" when none.
+  /// spdlog swallows what a sink throws, so the failure is kept for LogFileSink::flush.
+  std::string take_error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string e;
+    if (!reported_) e.swap(error_);
+    if (!e.empty()) reported_ = true;
+    return e;
+  }
+
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     spdlog::memory_buf_t buf;
     formatter_->format(msg, buf);
-    std::fwrite(buf.data(), 1, buf.size(), f_);
-    std::fflush(f_);
+    const bool ok = std::fwrite(buf.data(), 1, buf.size(), f_) == buf.size();
+    check(ok && std::fflush(f_) == 0);
   }
-  void flush_() override { std::fflush(f_); }
+  void flush_() override { check(std::fflush(f_) == 0); }
 
  private:
+  void check(bool ok) {
+    if (ok || !error_.empty() || reported_) return;
+    error_ = "cannot write '" + path_ + "': " + std::strerror(errno);
+    std::clearerr(f_);
+  }
   std::string path_;
   std::FILE* f_ = nullptr;
+  std::string error_;
+  bool reported_ = false;
 };
 }  // namespace
 
@@ -150,7 +192,11 @@ LogFileSink::~LogFileSink() {
   }
 }
 
-void LogFileSink::flush() { sink_->flush(); }
+void LogFileSink::flush() {
+  sink_->flush();
+  const std::string error = std::static_pointer_cast<FlushingFileSink>(sink_)->take_error();
+  if (!error.empty()) throw IoError(error);
+}
 
 void LogFileSink::write_info(const std::string& line) {
   const spdlog::details::log_msg msg(spdlog::default_logger()->name(), spdlog::level::info, line);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace spdlog { namespace sinks { class sink; } }
 
@@ -34,6 +35,12 @@ class RunDirLock {
   int fd_ = -1;
 };
 
+/// @brief Removes the temporary files that write_file_atomic leaves behind when a
+/// process is killed mid-write (".<name>.tmp.<pid>" in `dir` and dir/checkpoints).
+/// Call it only while holding the RunDirLock: then no other process is writing
+/// one. Returns the names removed (for the log); failures to remove are ignored.
+std::vector<std::string> remove_orphan_temp_files(const std::string& dir);
+
 /**
  * @brief Writes `path` atomically: `write` fills a temporary file in the same
  * folder, which is flushed, fsync'ed and renamed over `path`; then the folder
@@ -51,6 +58,7 @@ class LogFileSink {
   ~LogFileSink();
   LogFileSink(const LogFileSink&) = delete;
   LogFileSink& operator=(const LogFileSink&) = delete;
+  /// Flushes; throws IoError naming the file, once, when a write to it has failed since.
   void flush();
   /// Writes one info line to the file only (the console shows a live progress line instead).
   void write_info(const std::string& line);

@@ -276,6 +276,12 @@ void TrainRun::finalize() {
   result_.wall_seconds = st_.prior_wall_seconds + seconds_since(t_start_);
   result_.images_per_sec = run_train_seconds_ > 0 ? static_cast<double>(run_images_) / run_train_seconds_ : 0.0;
   result_.peak_memory_bytes = be().memory_stats().peak_bytes;
+  try {
+    log_->flush();  // a train.log write that failed ends the run with exit 6 (run_dir.h)
+  } catch (const Error& e) {
+    if (result_.exit_code == kExitOk || result_.exit_code == kExitInterrupted) record_failure("failed", e.exit_code(), e.what());
+    spdlog::error("{}", e.what());
+  }
   if (rank0_) {
     try {
       write_summary((fs::path(run_dir_) / "summary.json").string(), result_);
@@ -291,7 +297,11 @@ void TrainRun::finalize() {
     spdlog::info("completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
                  result_.epochs, result_.epochs == 1 ? "" : "s", result_.steps, result_.final_test_accuracy,
                  result_.best_test_accuracy, result_.images_per_sec, format_duration(result_.wall_seconds));
-  log_->flush();
+  try {
+    log_->flush();
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());  // summary.json is written: only the log's last lines are lost
+  }
   if (world_ > 1 && !collective_failure_ && result_.exit_code != kExitOk && result_.exit_code != kExitInterrupted) {
     // This rank failed alone (the others may wait in a collective): end the whole job with its code.
     spdlog::error("stopping all {} ranks (exit code {})", world_, result_.exit_code);

@@ -86,6 +86,8 @@ void TrainRun::start() {
     if (!rank0_) return;  // only rank 0 writes the run directory
     create_run_dir(run_dir_);
     lock_ = std::make_unique<RunDirLock>(run_dir_);
+    for (const std::string& f : remove_orphan_temp_files(run_dir_))
+      spdlog::info("removed '{}', left by a run that was killed while writing it", f);
   });
   ckpt_dir_ = (fs::path(run_dir_) / "checkpoints").string();
   result_.run_dir = run_dir_;
@@ -132,6 +134,13 @@ void TrainRun::prepare() {
   build_engine();
   restore_or_broadcast();
   log_plan();
+  if (append_ && rank0_) {
+    const std::string metrics = (fs::path(run_dir_) / "metrics.jsonl").string();
+    const int dropped = trim_metrics_for_resume(metrics, resume_->header.epoch, resume_->header.global_step);
+    if (dropped > 0)
+      spdlog::info("{}: dropped {} record{} written after the checkpoint (the resumed run writes them again)",
+                   metrics, dropped, dropped == 1 ? "" : "s");
+  }
   log_->open_metrics(append_);
   if (c.train.tensorboard) log_->open_tensorboard();
 }
