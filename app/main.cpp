@@ -5,6 +5,8 @@
 #include <mpx/config.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <thread>
 
 #include "commands.h"
 #include "core/error.h"
@@ -66,29 +69,34 @@ void setup_logging() {
 
 // ---- signals ----------------------------------------------------------------
 
-std::atomic<bool>* g_stop = nullptr;
-
+/// SIGINT and SIGTERM never interrupt a computing thread: they stay blocked in every
+/// thread (blocked since the start, omp_wait_policy.cpp, and inherited by the threads
+/// OpenMP, oneDNN and MPI start later), and one watcher thread takes them with sigwait().
+/// A handler running on a compute thread is not safe: oneDNN's AVX-512 f32 GEMM kernels
+/// point the stack pointer into the heap while they run, so a handler's frame pushed
+/// there corrupts the heap (docs/design.md, "Signals").
 /// First SIGINT/SIGTERM: ask the trainer to stop after the current step (it saves
 /// `last`, writes summary.json and exits 130). A second one: the default action.
-extern "C" void on_stop_signal(int sig) {
-  (void)sig;
-  if (g_stop) g_stop->store(true);
+void watch_stop_signals(sigset_t set) {
+  int sig = 0;
+  if (sigwait(&set, &sig) != 0) return;
+  mpx::stop_requested().store(true);
+  if (sigwait(&set, &sig) != 0) return;
+  std::signal(sig, SIG_DFL);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);  // in this thread only: the raise below ends the process
+  std::raise(sig);
 }
 
 void install_signal_handlers() {
-  g_stop = &mpx::stop_requested();  // initialise the static outside the handler
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // the second signal takes the default action
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  // Blocked since the start (omp_wait_policy.cpp): one that arrived meanwhile is delivered now.
+  (void)mpx::stop_requested();  // initialise the static before the watcher can touch it
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
-  sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+  // Blocked since the start already; blocked here too for a build without the preinit step.
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  // A signal that arrived during the start-up is pending: the watcher takes it at once.
+  std::thread(watch_stop_signals, stop).detach();
 }
 
 }  // namespace
