@@ -9,7 +9,7 @@ PKGS=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev catch2
   libdnnl-dev zlib1g-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
-  python3 curl
+  python3 curl util-linux
   clang libclang-rt-dev libomp-dev
 )
 

@@ -5,8 +5,11 @@
 // and metrics.jsonl or train.log on /dev/full (ENOSPC on every write). Each time
 // the previous checkpoint is intact, no temporary file is left, the message names
 // the file and the system's reason, and mpx exits 6 with summary.json saying so.
+// Read-only folders: as root, permissions stop nothing, so those runs drop to
+// the unprivileged user 65534 through setpriv(1) (util-linux).
 #include <catch2/catch.hpp>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -38,10 +41,12 @@ const char* kYaml =
     "    - {type: dense, units: 10, activation: softmax}\n"
     "train: {epochs: 1, checkpoint_every: 1}\n";
 
-/// `mpx <args>` in `cwd` under a shell `prefix` (limits, traps); exit code and stderr.
-support::Run run_limited(const std::string& prefix, const std::string& args, const fs::path& cwd) {
-  const std::string cmd = "cd " + shell_quote(cwd.string()) + " && (" + prefix + " exec " + shell_quote(MPX_BINARY) +
-                          " " + args + ") > out.txt 2> err.txt < /dev/null";
+/// `mpx <args>` in `cwd` under a shell `prefix` (limits, traps); `mpx` is the
+/// command that starts it (the build's executable unless told); exit code and stderr.
+support::Run run_limited(const std::string& prefix, const std::string& args, const fs::path& cwd,
+                         const std::string& mpx = shell_quote(MPX_BINARY)) {
+  const std::string cmd = "cd " + shell_quote(cwd.string()) + " && (" + prefix + " exec " + mpx + " " + args +
+                          ") > out.txt 2> err.txt < /dev/null";
   const int status = std::system(cmd.c_str());
   support::Run r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -64,6 +69,29 @@ std::string first_epoch(const TempDir& t) {
   const std::string ckpt = read_file(t.path / "run" / "checkpoints" / "last.ckpt");
   REQUIRE(ckpt.size() > 4u << 20);
   return ckpt;
+}
+
+/// The command that runs mpx as a user whom folder permissions bind: the build's
+/// executable when the tests are not root; when they are, a copy of it in `dir`
+/// (the build folder may sit where user 65534 cannot reach) started by setpriv
+/// as user and group 65534. `dir` becomes readable by everyone.
+std::string unprivileged(const fs::path& dir) {
+  using fs::perms;
+  fs::permissions(dir, perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
+                           perms::others_exec);
+  if (::geteuid() != 0) return shell_quote(MPX_BINARY);
+  REQUIRE(std::system("command -v setpriv > /dev/null") == 0);  // util-linux, in scripts/install_deps.sh
+  const fs::path copy = dir / "mpx";
+  fs::copy_file(MPX_BINARY, copy);
+  fs::permissions(copy, perms::owner_all | perms::group_read | perms::group_exec | perms::others_read |
+                            perms::others_exec);
+  return "setpriv --reuid=65534 --regid=65534 --clear-groups " + shell_quote(copy.string());
+}
+
+/// Hands `dir` and everything in it to the user unprivileged() runs as (root only).
+void give_to_unprivileged(const fs::path& dir) {
+  if (::geteuid() != 0) return;
+  REQUIRE(std::system(("chown -R 65534:65534 " + shell_quote(dir.string())).c_str()) == 0);
 }
 
 void check_failed_summary(const fs::path& run) {
@@ -117,4 +145,42 @@ TEST_CASE("disk full: train.log that cannot be written is exit 6 naming it", "[c
   // The epoch's checkpoint was written before the log was flushed; either way it is whole.
   CHECK_NOTHROW(mpx::load_checkpoint((t.path / "run" / "checkpoints" / "last.ckpt").string()));
   CHECK_FALSE(has_temp_files(t.path / "run"));
+}
+
+TEST_CASE("read-only: a checkpoints folder that cannot be written keeps the previous checkpoint, exit 6",
+          "[cli][diskfull]") {
+  TempDir t("mpx_ro_ckpt");
+  const std::string before = first_epoch(t);
+  const std::string best = read_file(t.path / "run" / "checkpoints" / "best.ckpt");
+  const std::string mpx = unprivileged(t.path);
+  give_to_unprivileged(t.path / "run");
+  const fs::path ckpts = t.path / "run" / "checkpoints";
+  const auto writable = fs::status(ckpts).permissions();
+  fs::permissions(ckpts, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                  fs::perm_options::remove);
+  const auto r = run_limited("", "train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path, mpx);
+  fs::permissions(ckpts, writable);
+  CHECK(r.code == 6);
+  CHECK(r.err.find("cannot write 'run/checkpoints/") != std::string::npos);  // best.ckpt or last.ckpt
+  CHECK(r.err.find(".ckpt' (through its temporary file '") != std::string::npos);
+  CHECK(r.err.find("Permission denied") != std::string::npos);
+  CHECK(read_file(ckpts / "last.ckpt") == before);
+  CHECK(read_file(ckpts / "best.ckpt") == best);
+  CHECK_FALSE(has_temp_files(t.path / "run"));
+  check_failed_summary(t.path / "run");
+}
+
+TEST_CASE("read-only: a run directory in a folder that cannot be written is exit 6 naming it", "[cli][diskfull]") {
+  TempDir t("mpx_ro_parent");
+  write_file(t.path / "c.yaml", kYaml);
+  const std::string mpx = unprivileged(t.path);
+  fs::create_directory(t.path / "ro");
+  fs::permissions(t.path / "ro", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                     fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const auto r = run_limited("", "train --no-progress --config c.yaml --run-dir ro/run", t.path, mpx);
+  fs::permissions(t.path / "ro", fs::perms::owner_all);
+  CHECK(r.code == 6);
+  CHECK(r.err.find("cannot create the run directory 'ro/run'") != std::string::npos);
+  CHECK(r.err.find("Permission denied") != std::string::npos);
+  CHECK_FALSE(fs::exists(t.path / "ro" / "run"));
 }

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -100,25 +101,31 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   const fs::path target(path);
   const fs::path folder = target.parent_path();
   const fs::path tmp = folder / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  // Every failure names the file the user asked for first, then the temporary one.
+  auto fail = [&](const char* what, int err) {
+    return IoError(fmt::format("cannot {} '{}' (through its temporary file '{}'): {}", what, path, tmp.string(),
+                               std::strerror(err)));
+  };
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw IoError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
+  if (!f) throw fail("write", errno);
   try {
     write(f);
-    if (std::fflush(f) != 0 || std::ferror(f)) throw IoError("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-    if (::fsync(::fileno(f)) != 0) throw IoError("cannot fsync '" + tmp.string() + "': " + std::strerror(errno));
+    if (std::fflush(f) != 0 || std::ferror(f)) throw fail("write", errno);
+    if (::fsync(::fileno(f)) != 0) throw fail("fsync", errno);
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());
     throw;
   }
   if (std::fclose(f) != 0) {
+    const int err = errno;
     std::remove(tmp.c_str());
-    throw IoError("cannot close '" + tmp.string() + "': " + std::strerror(errno));
+    throw fail("close", err);
   }
   if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
+    const int err = errno;
     std::remove(tmp.c_str());
-    throw IoError("cannot rename '" + tmp.string() + "' to '" + path + "': " + why);
+    throw fail("rename into place", err);
   }
   fsync_dir(folder);
 }
