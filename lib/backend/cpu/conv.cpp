@@ -14,6 +14,7 @@
 
 #include "backend/cpu/conv_loops.h"
 #include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -274,6 +275,11 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
     activation_epilogue(act, yf, y, pre);
     return;
   }
+  const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
+  if (winograd_forward(ctx, p, g, xf, wf, bf, wino_relu, yf)) {
+    activation_epilogue(wino_relu ? Activation::None : act, yf, y, pre);
+    return;
+  }
   const Activation fused = conv_post_op(act, pre);
   DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, fused);
   plan.bind(DNNL_ARG_SRC, xf);
@@ -292,7 +298,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   float* dxf = f32_out(ctx, kSlotDX, dx);
   if (reference_loops()) {
     conv_backward_data_loops(g, dyf, wf, dxf);
-  } else {
+  } else if (!winograd_backward_data(ctx, p, g, dyf, wf, dxf)) {
     DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
     plan.bind(DNNL_ARG_DIFF_DST, dyf);
     plan.bind(DNNL_ARG_WEIGHTS, wf);
