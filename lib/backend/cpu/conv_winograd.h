@@ -10,10 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/context.h"
 #include "backend/cpu/conv_loops.h"
 
 namespace mpx::cpu {
+
+class Context;
 
 struct WinoGeo {
   int64_t N, H, W, Ci;  // input, NHWC

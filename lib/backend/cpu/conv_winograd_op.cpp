@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/context.h"
 #include "backend/cpu/conv_winograd.h"
 #include "core/env.h"
 #include "core/error.h"

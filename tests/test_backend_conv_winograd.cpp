@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: MIT
+// The Winograd convolution of the CPU backend (lib/backend/cpu/conv_winograd.*,
+// docs/cpu-performance.md "Winograd convolution") against the float64 reference, with a
+// tolerance derived from the transform, for F(4x4,3x3) and F(2x2,3x3), forward (bias, relu)
+// and backward-data, on odd sizes, every padding the kernel takes and C = 3..128.
+//
+// The bound. Each output is a sum of products x * w * (coefficients of B, G, A), one term
+// per path through the transforms; in float32 every path passes through at most n
+// roundings, n = Ci + 20 (the GEMM's sum over Ci, the 2 passes of each 1-D transform, the
+// filter's one rounding from float64, the product, the bias). So
+//   |y_winograd - y_exact| <= gamma_n * Y_abs,   gamma_n = n u / (1 - n u), u = 2^-24,
+// where Y_abs is the same Winograd formula evaluated in float64 with |B^T|, |G|, |A^T|, |x|
+// and |w| (plus |bias|). Y_abs / sum|x||w| is the growth of the transform: up to about
+// 100 for F(4x4), 4 for F(2x2) at the tile's worst output; with the sum length it sets the
+// error of Winograd against the direct kernel's gamma_(9 Ci) * sum|x||w|.
+#include <catch2/catch.hpp>
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/conv_winograd.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+#include "support/reference.h"
+
+using namespace mpx;
+using ref::Vec;
+
+namespace {
+
+// The transforms in plain matrix form (Lavin and Gray), independent of the kernel's factored code.
+const double kBT4[6][6] = {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                           {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+const double kG4[6][3] = {{0.25, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                          {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+const double kAT4[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+const double kBT2[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+const double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+const double kAT2[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+
+double bt(int m, int a, int k) { return std::fabs(m == 4 ? kBT4[a][k] : kBT2[a][k]); }
+double gm(int m, int a, int r) { return std::fabs(m == 4 ? kG4[a][r] : kG2[a][r]); }
+double at(int m, int p, int a) { return std::fabs(m == 4 ? kAT4[p][a] : kAT2[p][a]); }
+
+/// Y_abs of the header comment: in [N,H,W,Ci], f [Co,3,3,Ci] (the filter as this convolution
+/// applies it), output [N,P,Q,Co] with top/left padding pt, pl.
+Vec abs_winograd(int m, int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t P, int64_t Q, int64_t Co, int64_t pt,
+                 int64_t pl, const Vec& in, const Vec& f, const Vec* bias) {
+  const int A = m + 2;
+  Vec y(static_cast<size_t>(N * P * Q * Co), 0.0);
+  std::vector<double> uf(static_cast<size_t>(Co * Ci * A * A));
+  for (int64_t o = 0; o < Co; ++o)
+    for (int64_t i = 0; i < Ci; ++i)
+      for (int a = 0; a < A; ++a)
+        for (int b = 0; b < A; ++b) {
+          double s = 0;
+          for (int r = 0; r < 3; ++r)
+            for (int t = 0; t < 3; ++t)
+              s += gm(m, a, r) * std::fabs(f[static_cast<size_t>(((o * 3 + r) * 3 + t) * Ci + i)]) * gm(m, b, t);
+          uf[static_cast<size_t>(((o * Ci + i) * A + a) * A + b)] = s;
+        }
+  std::vector<double> vd(static_cast<size_t>(Ci * A * A)), mm(static_cast<size_t>(A * A));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p0 = 0; p0 < P; p0 += m)
+      for (int64_t q0 = 0; q0 < Q; q0 += m) {
+        for (int64_t i = 0; i < Ci; ++i)
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b) {
+              double s = 0;
+              for (int k = 0; k < A; ++k)
+                for (int l = 0; l < A; ++l) {
+                  const int64_t h = p0 - pt + k, w = q0 - pl + l;
+                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                  s += bt(m, a, k) * std::fabs(in[static_cast<size_t>(((n * H + h) * W + w) * Ci + i)]) * bt(m, b, l);
+                }
+              vd[static_cast<size_t>((i * A + a) * A + b)] = s;
+            }
+        for (int64_t o = 0; o < Co; ++o) {
+          std::fill(mm.begin(), mm.end(), 0.0);
+          for (int64_t i = 0; i < Ci; ++i)
+            for (int e = 0; e < A * A; ++e)
+              mm[static_cast<size_t>(e)] +=
+                  uf[static_cast<size_t>((o * Ci + i) * A * A + e)] * vd[static_cast<size_t>(i * A * A + e)];
+          for (int p = 0; p < m && p0 + p < P; ++p)
+            for (int q = 0; q < m && q0 + q < Q; ++q) {
+              double s = bias ? std::fabs((*bias)[static_cast<size_t>(o)]) : 0.0;
+              for (int a = 0; a < A; ++a)
+                for (int b = 0; b < A; ++b) s += at(m, p, a) * mm[static_cast<size_t>(a * A + b)] * at(m, q, b);
+              y[static_cast<size_t>(((n * P + p0 + p) * Q + q0 + q) * Co + o)] = s;
+            }
+        }
+      }
+  return y;
+}
+
+/// Every element within gamma_(Ci+20) * Y_abs of the float64 reference; reports the largest
+/// error in units of u * Y_abs (INFO) and returns it.
+double check_bound(const std::string& what, const std::vector<float>& got, const Vec& want, const Vec& yabs,
+                   int64_t Ci) {
+  REQUIRE(got.size() == want.size());
+  const double u = std::ldexp(1.0, -24), n = static_cast<double>(Ci + 20), gamma = n * u / (1 - n * u);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!std::isfinite(got[i]) || err > gamma * yabs[i])
+      FAIL(what << ": element " << i << " of " << got.size() << " is " << got[i] << ", reference " << want[i]
+                << " (error " << err << ", bound " << gamma * yabs[i] << ")");
+    if (yabs[i] > 0) worst = std::max(worst, err / (u * yabs[i]));
+  }
+  INFO(what << ": largest error " << worst << " u * Y_abs (bound " << n << ")");
+  CHECK(worst <= n);
+  return worst;
+}
+
+std::vector<float> uniform(Rng& rng, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = static_cast<float>(rng.uniform() * 2.0 - 1.0);
+  return v;
+}
+
+struct Case {
+  const char* name;
+  int64_t N, H, W, C, K;
+  int pt, pl, pb, pr;
+  bool bias, relu;
+};
+
+const Case kCases[] = {
+    {"same, whole tiles, C=16 K=32", 2, 8, 8, 16, 32, 1, 1, 1, 1, false, false},
+    {"valid, odd sizes, C=3 K=5", 3, 7, 9, 3, 5, 0, 0, 0, 0, true, false},
+    {"same, odd sizes and channels, C=37 K=19", 1, 11, 13, 37, 19, 1, 1, 1, 1, true, true},
+    {"same, C=64 K=128 + bias + relu", 2, 10, 6, 64, 128, 1, 1, 1, 1, true, true},
+    {"padding 2 (full), C=128 K=16", 1, 9, 9, 128, 16, 2, 2, 2, 2, false, false},
+    {"asymmetric padding 0/1/2/1, C=20 K=24", 1, 6, 7, 20, 24, 0, 1, 2, 1, true, false},
+    {"one partial tile, C=16 K=16", 1, 3, 3, 16, 16, 1, 1, 1, 1, false, true},
+    {"1 channel in, 1 out", 2, 5, 6, 1, 1, 1, 1, 1, 1, true, false},
+};
+
+cpu::WinoGeo geo(const Case& c, int m, int64_t tiles_per_block = 0) {
+  const int64_t P = c.H + c.pt + c.pb - 2, Q = c.W + c.pl + c.pr - 2;
+  cpu::WinoGeo g{c.N, c.H, c.W, c.C, P, Q, c.K, c.pt, c.pl, m, 0};
+  g.tiles_per_block = tiles_per_block > 0 ? tiles_per_block : cpu::winograd_tiles_per_block(g);
+  return g;
+}
+
+Conv2dParams params(const Case& c) {
+  Conv2dParams p;
+  p.R = p.S = 3;
+  p.pad_top = c.pt, p.pad_left = c.pl, p.pad_bottom = c.pb, p.pad_right = c.pr;
+  return p;
+}
+
+/// conv_winograd on the case's data: y = conv(x, w) (+ b, relu).
+std::vector<float> run_forward(const cpu::WinoGeo& g, const std::vector<float>& x, const std::vector<float>& w,
+                               const float* bias, bool relu) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> u(cpu::winograd_weight_floats(g), nan), y(static_cast<size_t>(g.N * g.P * g.Q * g.Co), nan);
+  std::vector<float> scratch(cpu::winograd_scratch(g, omp_get_max_threads()), nan);
+  cpu::winograd_weights(g, w.data(), false, u.data());
+  cpu::conv_winograd(g, x.data(), u.data(), bias, relu, y.data(), scratch.data());
+  return y;
+}
+
+bool winograd_env_default() {
+  const char* v = ::getenv("MPX_CONV_WINOGRAD");
+  return v == nullptr || *v == '\0' || std::string(v) == "auto";
+}
+
+}  // namespace
+
+TEST_CASE("Winograd forward is within the transform's error bound of the float64 reference",
+          "[backend][cpu][conv]") {
+  for (int m : {4, 2})
+    for (const Case& c : kCases) {
+      DYNAMIC_SECTION("F(" << m << "x" << m << ",3x3) " << c.name) {
+        const cpu::WinoGeo g = geo(c, m);
+        Rng rng(static_cast<uint64_t>(c.N * 1000 + c.H * 31 + c.C));
+        const std::vector<float> x = uniform(rng, c.N * c.H * c.W * c.C), w = uniform(rng, c.K * 9 * c.C),
+                                 b = uniform(rng, c.K);
+        const Vec bw = support::widen(b);
+        const std::vector<float> y = run_forward(g, x, w, c.bias ? b.data() : nullptr, c.relu);
+        const ref::ConvDims d = ref::conv_dims(params(c), c.N, c.H, c.W, c.C, c.K);
+        const Vec want = ref::conv2d_forward(params(c), d, support::widen(x), support::widen(w), c.bias ? &bw : nullptr,
+                                             c.relu ? Activation::Relu : Activation::None);
+        const Vec yabs = abs_winograd(m, c.N, c.H, c.W, c.C, g.P, g.Q, c.K, c.pt, c.pl, support::widen(x),
+                                      support::widen(w), c.bias ? &bw : nullptr);
+        check_bound("forward", y, want, yabs, c.C);
+      }
+    }
+}
+
+TEST_CASE("Winograd backward-data (the rotated filter) is within the bound of the float64 reference",
+          "[backend][cpu][conv]") {
+  for (int m : {4, 2})
+    for (const Case& c : kCases) {
+      DYNAMIC_SECTION("F(" << m << "x" << m << ",3x3) " << c.name) {
+        const cpu::WinoGeo f = geo(c, m);
+        // dx = dy convolved with w turned by 180 degrees, K channels in, C out, padding 2 - pt.
+        cpu::WinoGeo g{c.N, f.P, f.Q, c.K, c.H, c.W, c.C, 2 - c.pt, 2 - c.pl, m, 0};
+        g.tiles_per_block = cpu::winograd_tiles_per_block(g);
+        Rng rng(static_cast<uint64_t>(c.N * 1000 + c.H * 31 + c.C + 7));
+        const std::vector<float> dy = uniform(rng, c.N * f.P * f.Q * c.K), w = uniform(rng, c.K * 9 * c.C);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> u(cpu::winograd_weight_floats(g), nan), dx(static_cast<size_t>(c.N * c.H * c.W * c.C), nan);
+        std::vector<float> scratch(cpu::winograd_scratch(g, omp_get_max_threads()), nan);
+        cpu::winograd_weights(g, w.data(), true, u.data());
+        cpu::conv_winograd(g, dy.data(), u.data(), nullptr, false, dx.data(), scratch.data());
+        const ref::ConvDims d = ref::conv_dims(params(c), c.N, c.H, c.W, c.C, c.K);
+        const Vec want = ref::conv2d_backward_data(params(c), d, support::widen(dy), support::widen(w));
+        Vec rot(static_cast<size_t>(c.C * 9 * c.K));  // [C][3][3][K]: w[k][2-r][2-s][c]
+        for (int64_t ci = 0; ci < c.C; ++ci)
+          for (int r = 0; r < 3; ++r)
+            for (int s = 0; s < 3; ++s)
+              for (int64_t k = 0; k < c.K; ++k)
+                rot[static_cast<size_t>(((ci * 3 + r) * 3 + s) * c.K + k)] =
+                    w[static_cast<size_t>(((k * 3 + (2 - r)) * 3 + (2 - s)) * c.C + ci)];
+        const Vec yabs = abs_winograd(m, c.N, f.P, f.Q, c.K, c.H, c.W, c.C, 2 - c.pt, 2 - c.pl, support::widen(dy),
+                                      rot, nullptr);
+        check_bound("backward data", dx, want, yabs, c.K);
+      }
+    }
+}
+
+TEST_CASE("Winograd's result does not depend on the thread count or the block size's last partial block",
+          "[backend][cpu][conv]") {
+  const Case c{"many tiles", 3, 17, 15, 24, 40, 1, 1, 1, 1, true, true};
+  Rng rng(3);
+  const std::vector<float> x = uniform(rng, c.N * c.H * c.W * c.C), w = uniform(rng, c.K * 9 * c.C),
+                           b = uniform(rng, c.K);
+  const cpu::WinoGeo g = geo(c, 4, 7);  // 3 * 5 * 4 = 60 tiles: 9 blocks, the last one of 4 tiles
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one = run_forward(g, x, w, b.data(), true);
+  omp_set_num_threads(3);
+  const std::vector<float> three = run_forward(g, x, w, b.data(), true);
+  omp_set_num_threads(saved);
+  support::check_exact("1 thread vs 3", three, one);
+}
+
+TEST_CASE("Winograd: a non-finite input makes every output non-finite that the direct convolution does",
+          "[backend][cpu][conv]") {
+  // check_numerics and the loss scaler's skip test only need "some output is not finite";
+  // Winograd spreads a NaN or inf over its tile, a superset of the direct kernel's outputs.
+  const Case c{"nan", 1, 9, 9, 16, 16, 1, 1, 1, 1, false, false};
+  for (int m : {4, 2})
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      Rng rng(9);
+      std::vector<float> x = uniform(rng, c.N * c.H * c.W * c.C);
+      const std::vector<float> w = uniform(rng, c.K * 9 * c.C);
+      x[static_cast<size_t>((4 * c.W + 5) * c.C + 3)] = bad;  // row 4, column 5, channel 3
+      const std::vector<float> y = run_forward(geo(c, m), x, w, nullptr, false);
+      int direct_bad = 0;
+      for (int64_t p = 0; p < c.H; ++p)
+        for (int64_t q = 0; q < c.W; ++q)
+          for (int64_t k = 0; k < c.K; ++k) {
+            const bool in_window = p >= 3 && p <= 5 && q >= 4 && q <= 6;
+            const float v = y[static_cast<size_t>((p * c.W + q) * c.K + k)];
+            if (in_window) {
+              ++direct_bad;
+              INFO("m " << m << " output " << p << "," << q << "," << k);
+              CHECK_FALSE(std::isfinite(v));
+            }
+          }
+      CHECK(direct_bad == 9 * c.K);
+    }
+}
+
+TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8+ pixels, by default",
+          "[backend][cpu][conv]") {
+  if (!winograd_env_default()) {
+    WARN("MPX_CONV_WINOGRAD is set: the default rule is not what runs");
+    return;
+  }
+  Conv2dParams same;
+  same.R = same.S = 3;
+  same.pad_top = same.pad_left = same.pad_bottom = same.pad_right = 1;
+  auto g_of = [](const Conv2dParams& p, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K) {
+    return cpu::conv_detail::geometry(p, Shape{N, H, W, C}, Shape{K, p.R, p.S, C});
+  };
+  CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 64, 128)) == 4);  // the CIFAR net's big layer
+  CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 3, 64)) == 0);    // its first layer: 3 channels
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64)) == 0);       // 4x4 pixels
+  Conv2dParams strided = same;
+  strided.stride_h = strided.stride_w = 2;
+  CHECK(cpu::winograd_tile(strided, g_of(strided, 8, 32, 32, 64, 64)) == 0);
+  Conv2dParams five;
+  five.R = five.S = 5;
+  CHECK(cpu::winograd_tile(five, g_of(five, 8, 32, 32, 64, 64)) == 0);
+}
+
+TEST_CASE("the backend runs Winograd where the rule says, within the bound, and names it in its kernels",
+          "[backend][cpu][conv]") {
+  if (!winograd_env_default()) {
+    WARN("MPX_CONV_WINOGRAD is set: the default rule is not what runs");
+    return;
+  }
+  const Case c{"backend", 2, 9, 11, 16, 24, 1, 1, 1, 1, true, true};
+  support::CpuDev d;
+  Rng rng(21);
+  std::vector<float> xv, wv, bv, dyv;
+  const Conv2dParams p = params(c);
+  Tensor x = d.rand_plain(rng, DType::F32, Shape{c.N, c.H, c.W, c.C}, &xv);
+  Tensor w = d.rand_plain(rng, DType::F32, Shape{c.K, 3, 3, c.C}, &wv);
+  Tensor b = d.rand_plain(rng, DType::F32, Shape{c.K}, &bv);
+  Tensor y = d.make(DType::F32, Shape{c.N, c.H, c.W, c.K});
+  Tensor dy = d.rand_plain(rng, DType::F32, Shape{c.N, c.H, c.W, c.K}, &dyv);
+  Tensor dx = d.make(DType::F32, Shape{c.N, c.H, c.W, c.C});
+  d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+  d.be->conv2d_backward_data(p, dy, w, dx);
+  const ref::ConvDims rd = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+  const Vec bw = support::widen(bv);
+  const Vec yabs = abs_winograd(4, c.N, c.H, c.W, c.C, c.H, c.W, c.K, 1, 1, support::widen(xv), support::widen(wv), &bw);
+  check_bound("backend forward", d.get(y),
+              ref::conv2d_forward(p, rd, support::widen(xv), support::widen(wv), &bw, Activation::Relu), yabs, c.C);
+  Vec rot(static_cast<size_t>(c.C * 9 * c.K));
+  for (int64_t ci = 0; ci < c.C; ++ci)
+    for (int r = 0; r < 3; ++r)
+      for (int s = 0; s < 3; ++s)
+        for (int64_t k = 0; k < c.K; ++k)
+          rot[static_cast<size_t>(((ci * 3 + r) * 3 + s) * c.K + k)] =
+              wv[static_cast<size_t>(((k * 3 + (2 - r)) * 3 + (2 - s)) * c.C + ci)];
+  const Vec dxabs = abs_winograd(4, c.N, c.H, c.W, c.K, c.H, c.W, c.C, 1, 1, support::widen(dyv), rot, nullptr);
+  check_bound("backend backward data", d.get(dx),
+              ref::conv2d_backward_data(p, rd, support::widen(dyv), support::widen(wv)), dxabs, c.K);
+  int named = 0;
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.op.find("x [2, 9, 11, 16], w [24, 3, 3, 16]") != std::string::npos &&
+        (k.op.rfind("convolution forward", 0) == 0 || k.op.rfind("convolution backward data", 0) == 0)) {
+      INFO(k.op << ": " << k.impl);
+      CHECK(k.impl.rfind("winograd:F(4x4,3x3) ", 0) == 0);
+      ++named;
+    }
+  CHECK(named == 2);
+}
