@@ -271,7 +271,7 @@ TEST_CASE("Winograd: a non-finite input makes every output non-finite that the d
     }
 }
 
-TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8+ pixels, by default",
+TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8x8+ pixels (4x4+ on AVX2)",
           "[backend][cpu][conv]") {
   if (!winograd_env_default()) {
     WARN("MPX_CONV_WINOGRAD is set: the default rule is not what runs");
@@ -283,9 +283,17 @@ TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8+ p
   auto g_of = [](const Conv2dParams& p, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K) {
     return cpu::conv_detail::geometry(p, Shape{N, H, W, C}, Shape{K, p.R, p.S, C});
   };
+  if (std::string(cpu::winograd_isa()) == "baseline") {
+    WARN("no AVX2: Winograd is off by default");
+    CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 64, 128)) == 0);
+    return;
+  }
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 64, 128)) == 4);  // the CIFAR net's big layer
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 3, 64)) == 0);    // its first layer: 3 channels
-  CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64)) == 0);       // 4x4 pixels
+  CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 8, 16)) == 0);    // 8 channels
+  const std::string isa = cpu::winograd_isa();  // 4x4 pixels: AVX2 only
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64)) == (isa == "avx2" ? 4 : 0));
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 8, 8, 64, 64)) == (isa == "baseline" ? 0 : 4));
   Conv2dParams strided = same;
   strided.stride_h = strided.stride_w = 2;
   CHECK(cpu::winograd_tile(strided, g_of(strided, 8, 32, 32, 64, 64)) == 0);
@@ -298,6 +306,10 @@ TEST_CASE("the backend runs Winograd where the rule says, within the bound, and 
           "[backend][cpu][conv]") {
   if (!winograd_env_default()) {
     WARN("MPX_CONV_WINOGRAD is set: the default rule is not what runs");
+    return;
+  }
+  if (std::string(cpu::winograd_isa()) == "baseline") {
+    WARN("no AVX2: Winograd is off by default");
     return;
   }
   const Case c{"backend", 2, 9, 11, 16, 24, 1, 1, 1, 1, true, true};

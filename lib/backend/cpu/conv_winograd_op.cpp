@@ -45,8 +45,15 @@ bool applies(const Conv2dParams& p, const Geo& g) {
          pad_ok(p.pad_bottom) && pad_ok(p.pad_right) && g.P > 0 && g.Q > 0;
 }
 
-/// The default rule (measured, docs/cpu-performance.md).
-bool rule(const Geo& g) { return g.C >= 16 && g.K >= 16 && g.P >= 8 && g.Q >= 8; }
+/// The default rule, from single-thread measurements against oneDNN's direct kernels
+/// (docs/cpu-performance.md, "Winograd convolution"): 16+ channels in and out (with 8 it
+/// lost), and outputs of at least 8x8 pixels with AVX-512 (at 4x4 and 6x6 it tied or lost
+/// there) or 4x4 with AVX2 (won at both). Not measured on CPUs without AVX2: off there.
+bool rule(const Geo& g) {
+  const std::string isa = winograd_isa();
+  const int64_t min_side = isa == "avx512" ? 8 : isa == "avx2" ? 4 : -1;
+  return min_side > 0 && g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
+}
 
 enum WinoOp : int64_t { kWinoFwd = 105, kWinoBwdData = 106 };
 
