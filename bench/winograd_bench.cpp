@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The CPU backend's 3x3 stride-1 convolutions, forward (bias + relu) and backward-data, at
-// the CIFAR net's shapes and a few others: milliseconds per call, GFLOP/s counted as the
+// the CIFAR net's shapes and a few others, and their weight gradient: milliseconds per call, GFLOP/s counted as the
 // direct convolution's 2*N*P*Q*K*C*9 (so Winograd's figure is "direct-equivalent"), and
 // which kernel ran (oneDNN's implementation name or winograd:F(mxm,3x3)). The kernel is
 // whatever MPX_CONV_WINOGRAD picks, so compare paths by running it under off, on and f2,
-// alternating (docs/cpu-performance.md, "Winograd convolution"):
+// alternating (docs/cpu-performance.md, "Winograd convolution"); the weight gradient's
+// kernel is MPX_CONV_WGRAD's:
 //   winograd_bench [--cpu-time] [--reps N] [--only SUBSTRING] [--tiles T,T,...]
 // --tiles times the Winograd kernel itself (conv_winograd, forward) with those tile-block
 // sizes instead of the default one, to tune winograd_tiles_per_block().
@@ -63,12 +64,16 @@ void bench_layer(const Layer& l) {
   Tensor dy = d.rand(rng, DType::F32, Shape{l.N, l.H, l.W, l.K}), dx = d.make(DType::F32, Shape{l.N, l.H, l.W, l.C});
   const double f = bench::mean_ms([&] { d.be->conv2d_forward(p, x, w, b, y, Activation::Relu); }, g_reps, g_cpu_time);
   const double bd = bench::mean_ms([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, g_reps, g_cpu_time);
+  Tensor dw = d.make(DType::F32, Shape{l.K, 3, 3, l.C}), db = d.make(DType::F32, Shape{l.K});
+  const double bw = bench::mean_ms([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, g_reps, g_cpu_time);
   const std::string shapes = "x [" + std::to_string(l.N) + ", " + std::to_string(l.H) + ", " + std::to_string(l.W) +
                              ", " + std::to_string(l.C) + "], w [" + std::to_string(l.K) + ", 3, 3, " +
                              std::to_string(l.C) + "]";
   std::printf("%-32s fwd %8.2f ms %6.1f GFLOP/s [%s]  bwd-data %8.2f ms %6.1f GFLOP/s [%s]\n", l.name, f,
               gflops(l, f), impl_of(d, "convolution forward for " + shapes).c_str(), bd, gflops(l, bd),
               impl_of(d, "convolution backward data for " + shapes).c_str());
+  std::printf("%-32s bwd-weights %8.2f ms %6.1f GFLOP/s [%s]\n", "", bw, gflops(l, bw),
+              impl_of(d, "convolution backward weights for " + shapes).c_str());
 }
 
 void bench_tiles(const Layer& l, int m, int64_t tiles) {
