@@ -350,3 +350,29 @@ TEST_CASE("the backend runs Winograd where the rule says, within the bound, and 
     }
   CHECK(named == 2);
 }
+
+TEST_CASE("Winograd error report: relative error of the backend's forward against float64", "[.error]") {
+  // Not a check: prints the error of whatever MPX_CONV_WINOGRAD runs, for docs/cpu-performance.md.
+  //   MPX_CONV_WINOGRAD=off|on|f2 test_backend_conv_winograd "[.error]" -s
+  const Case c{"report", 4, 16, 16, 64, 128, 1, 1, 1, 1, false, false};
+  support::CpuDev d;
+  Rng rng(33);
+  std::vector<float> xv, wv;
+  const Conv2dParams p = params(c);
+  Tensor x = d.rand_plain(rng, DType::F32, Shape{c.N, c.H, c.W, c.C}, &xv);
+  Tensor w = d.rand_plain(rng, DType::F32, Shape{c.K, 3, 3, c.C}, &wv);
+  Tensor y = d.make(DType::F32, Shape{c.N, c.H, c.W, c.K});
+  d.be->conv2d_forward(p, x, w, Tensor(), y, Activation::None);
+  const Vec want = ref::conv2d_forward(p, ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K), support::widen(xv),
+                                       support::widen(wv), nullptr, Activation::None);
+  const std::vector<float> got = d.get(y);
+  double num = 0, den = 0, worst = 0, maxref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]);
+    num += e * e, den += want[i] * want[i], worst = std::max(worst, e), maxref = std::max(maxref, std::fabs(want[i]));
+  }
+  std::string impl;
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.op.rfind("convolution forward", 0) == 0) impl = k.impl;
+  WARN(impl << ": relative L2 error " << std::sqrt(num / den) << ", largest error / largest |y| " << worst / maxref);
+}
