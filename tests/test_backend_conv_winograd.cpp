@@ -99,6 +99,58 @@ Vec abs_winograd(int m, int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t P, 
   return y;
 }
 
+/// Y_abs of the weight gradient: G^T [sum over tiles (|A| |dy_t| |A^T|) . (|B^T| |x_t| |B|)] G
+/// with |G|, for dw [Co,3,3,Ci].
+Vec abs_winograd_wgrad(int m, int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t P, int64_t Q, int64_t Co,
+                       int64_t pt, int64_t pl, const Vec& in, const Vec& dy) {
+  const int A = m + 2;
+  std::vector<double> acc(static_cast<size_t>(Co * Ci * A * A), 0.0), vd(static_cast<size_t>(Ci * A * A)),
+      ud(static_cast<size_t>(Co * A * A));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t p0 = 0; p0 < P; p0 += m)
+      for (int64_t q0 = 0; q0 < Q; q0 += m) {
+        for (int64_t i = 0; i < Ci; ++i)
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b) {
+              double s = 0;
+              for (int k = 0; k < A; ++k)
+                for (int l = 0; l < A; ++l) {
+                  const int64_t h = p0 - pt + k, w = q0 - pl + l;
+                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                  s += bt(m, a, k) * std::fabs(in[static_cast<size_t>(((n * H + h) * W + w) * Ci + i)]) * bt(m, b, l);
+                }
+              vd[static_cast<size_t>((i * A + a) * A + b)] = s;
+            }
+        for (int64_t o = 0; o < Co; ++o)
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b) {
+              double s = 0;
+              for (int p = 0; p < m && p0 + p < P; ++p)
+                for (int q = 0; q < m && q0 + q < Q; ++q)
+                  s += at(m, p, a) * std::fabs(dy[static_cast<size_t>(((n * P + p0 + p) * Q + q0 + q) * Co + o)]) *
+                       at(m, q, b);
+              ud[static_cast<size_t>((o * A + a) * A + b)] = s;
+            }
+        for (int64_t o = 0; o < Co; ++o)
+          for (int64_t i = 0; i < Ci; ++i)
+            for (int e = 0; e < A * A; ++e)
+              acc[static_cast<size_t>((o * Ci + i) * A * A + e)] +=
+                  ud[static_cast<size_t>(o * A * A + e)] * vd[static_cast<size_t>(i * A * A + e)];
+      }
+  Vec dw(static_cast<size_t>(Co * 9 * Ci));
+  for (int64_t o = 0; o < Co; ++o)
+    for (int64_t i = 0; i < Ci; ++i)
+      for (int r = 0; r < 3; ++r)
+        for (int t = 0; t < 3; ++t) {
+          double s = 0;
+          for (int a = 0; a < A; ++a)
+            for (int b = 0; b < A; ++b)
+              s += gm(m, a, r) * acc[static_cast<size_t>((o * Ci + i) * A * A + a * A + b)] * gm(m, b, t);
+          dw[static_cast<size_t>(((o * 3 + r) * 3 + t) * Ci + i)] = s;
+        }
+  return dw;
+}
+
 /// Every element within gamma_(Ci+20) * Y_abs of the float64 reference; reports the largest
 /// error in units of u * Y_abs (INFO) and returns it.
 double check_bound(const std::string& what, const std::vector<float>& got, const Vec& want, const Vec& yabs,
@@ -227,6 +279,31 @@ TEST_CASE("Winograd backward-data (the rotated filter) is within the bound of th
     }
 }
 
+TEST_CASE("Winograd weight gradient is within the bound of the float64 reference", "[backend][cpu][conv]") {
+  // The sum runs over the tiles (N * ceil(P/m) * ceil(Q/m) terms), so n = tiles + 20.
+  for (int m : {4, 2})
+    for (const Case& c : kCases) {
+      DYNAMIC_SECTION("F(" << m << "x" << m << ",3x3) " << c.name) {
+        const cpu::WinoGeo g = geo(c, m, 3);  // 3 tiles per block: several blocks per thread
+        Rng rng(static_cast<uint64_t>(c.N * 1000 + c.H * 31 + c.C + 11));
+        const std::vector<float> x = uniform(rng, c.N * c.H * c.W * c.C), dy = uniform(rng, c.N * g.P * g.Q * c.K);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> dw(static_cast<size_t>(c.K * 9 * c.C), nan), db(static_cast<size_t>(c.K), nan);
+        std::vector<float> scratch(cpu::winograd_wgrad_scratch(g, omp_get_max_threads()), nan);
+        cpu::conv_winograd_wgrad(g, x.data(), dy.data(), dw.data(), c.bias ? db.data() : nullptr, scratch.data());
+        Vec rdb;
+        const ref::ConvDims d = ref::conv_dims(params(c), c.N, c.H, c.W, c.C, c.K);
+        const Vec want = ref::conv2d_backward_filter(params(c), d, support::widen(x), support::widen(dy), &rdb);
+        const Vec yabs =
+            abs_winograd_wgrad(m, c.N, c.H, c.W, c.C, g.P, g.Q, c.K, c.pt, c.pl, support::widen(x), support::widen(dy));
+        const int64_t tiles = c.N * ((g.P + m - 1) / m) * ((g.Q + m - 1) / m);
+        check_bound("weight gradient", dw, want, yabs, tiles);
+        if (c.bias) support::check_close("db", db, rdb, DType::F32);
+        if (!c.bias) CHECK(std::isnan(db[0]));  // not written
+      }
+    }
+}
+
 TEST_CASE("Winograd's result does not depend on the thread count or the block size's last partial block",
           "[backend][cpu][conv]") {
   const Case c{"many tiles", 3, 17, 15, 24, 40, 1, 1, 1, 1, true, true};
@@ -340,15 +417,22 @@ TEST_CASE("the backend runs Winograd where the rule says, within the bound, and 
   const Vec dxabs = abs_winograd(4, c.N, c.H, c.W, c.K, c.H, c.W, c.C, 1, 1, support::widen(dyv), rot, nullptr);
   check_bound("backend backward data", d.get(dx),
               ref::conv2d_backward_data(p, rd, support::widen(dyv), support::widen(wv)), dxabs, c.K);
+  Tensor dw = d.make(DType::F32, Shape{c.K, 3, 3, c.C}), db = d.make(DType::F32, Shape{c.K});
+  d.be->conv2d_backward_filter(p, x, dy, dw, db);
+  Vec rdb;
+  const Vec rdw = ref::conv2d_backward_filter(p, rd, support::widen(xv), support::widen(dyv), &rdb);
+  const Vec dwabs = abs_winograd_wgrad(4, c.N, c.H, c.W, c.C, c.H, c.W, c.K, 1, 1, support::widen(xv), support::widen(dyv));
+  check_bound("backend weight gradient", d.get(dw), rdw, dwabs, c.N * 3 * 3);
+  support::check_close("backend db", d.get(db), rdb, DType::F32);
   int named = 0;
   for (const KernelChoice& k : d.be->kernels())
     if (k.op.find("x [2, 9, 11, 16], w [24, 3, 3, 16]") != std::string::npos &&
-        (k.op.rfind("convolution forward", 0) == 0 || k.op.rfind("convolution backward data", 0) == 0)) {
+        k.op.rfind("convolution ", 0) == 0) {
       INFO(k.op << ": " << k.impl);
       CHECK(k.impl.rfind("winograd:F(4x4,3x3) ", 0) == 0);
       ++named;
     }
-  CHECK(named == 2);
+  CHECK(named == 3);  // forward, backward data, backward weights
 }
 
 TEST_CASE("Winograd error report: relative error of the backend's forward against float64", "[.error]") {

@@ -317,7 +317,7 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
   if (reference_loops()) {
     conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
-  } else {
+  } else if (!winograd_backward_filter(ctx, p, g, xf, dyf, dwf, dbf)) {
     DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);
     if (use_wgrad_gemm(ctx, p, g, plan, xf, dyf, dwf, dbf))
       run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);

@@ -118,6 +118,68 @@ size_t winograd_scratch(const WinoGeo& g, int threads) {
   return static_cast<size_t>(layout(g).per_thread) * static_cast<size_t>(threads);
 }
 
+size_t winograd_wgrad_scratch(const WinoGeo& g, int threads) {
+  const int64_t per = layout(g).per_thread + alpha(g) * alpha(g) * g.Co * g.Ci + round_up(g.Co, kLanes);
+  return static_cast<size_t>(per) * static_cast<size_t>(threads);
+}
+
+void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch) {
+  MPX_CHECK(g.m == 2 || g.m == 4);
+  const Layout l = layout(g);
+  const WinoBlock b{&g, in, nullptr, nullptr, nullptr, false, l.ldv, l.ldm, l.plane_v, l.plane_m};
+  const int a = alpha(g);
+  const int64_t a2 = a * a, tb = g.tiles_per_block, t_all = tiles(g), blocks = (t_all + tb - 1) / tb;
+  const int64_t acc_n = a2 * g.Co * g.Ci, per = l.per_thread + acc_n + round_up(g.Co, kLanes);
+  auto* run = isa() == Isa::Avx512 ? wino_avx512::wgrad_block
+              : isa() == Isa::Avx2 ? wino_avx2::wgrad_block
+                                   : wino_base::wgrad_block;
+  const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* v = scratch + static_cast<size_t>(per) * static_cast<size_t>(t);
+    float* m = v + a2 * l.plane_v;
+    float* acc = m + a2 * l.plane_m;
+    float* dbt = acc + acc_n;
+    std::fill(acc, acc + acc_n + g.Co, 0.0f);
+    for (int64_t k = blocks * t / nt; k < blocks * (t + 1) / nt; ++k)
+      run(b, dy, k * tb, std::min(tb, t_all - k * tb), v, m, acc, dbt);
+#pragma omp barrier
+    // Each thread a slice of the (o, i) pairs: the threads' sums added in thread order, then
+    // dw = G^T M G in float64.
+    const int64_t pairs = g.Co * g.Ci;
+    for (int64_t pr = pairs * t / nt; pr < pairs * (t + 1) / nt; ++pr) {
+      double mm[36], gm[36];
+      for (int64_t e = 0; e < a2; ++e) {
+        double sum = 0;
+        for (int u = 0; u < nt; ++u) sum += scratch[static_cast<size_t>(per) * static_cast<size_t>(u) + l.per_thread +
+                                                    static_cast<size_t>(e * pairs + pr)];
+        mm[e] = sum;
+      }
+      for (int r = 0; r < 3; ++r)  // gm = G^T M: [3][a]
+        for (int y = 0; y < a; ++y) {
+          double sum = 0;
+          for (int x = 0; x < a; ++x) sum += g_coef(g.m, x, r) * mm[x * a + y];
+          gm[r * a + y] = sum;
+        }
+      const int64_t o = pr / g.Ci, i = pr % g.Ci;
+      for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) {
+          double sum = 0;
+          for (int y = 0; y < a; ++y) sum += gm[r * a + y] * g_coef(g.m, y, s);
+          dw[((o * 3 + r) * 3 + s) * g.Ci + i] = static_cast<float>(sum);
+        }
+    }
+    if (db)
+      for (int64_t o = g.Co * t / nt; o < g.Co * (t + 1) / nt; ++o) {
+        double sum = 0;
+        for (int u = 0; u < nt; ++u)
+          sum += scratch[static_cast<size_t>(per) * static_cast<size_t>(u) + l.per_thread + acc_n + o];
+        db[o] = static_cast<float>(sum);
+      }
+  }
+}
+
 void conv_winograd(const WinoGeo& g, const float* in, const float* u, const float* bias, bool relu, float* out,
                    float* scratch) {
   MPX_CHECK(g.m == 2 || g.m == 4);

@@ -44,6 +44,16 @@ size_t winograd_scratch(const WinoGeo& g, int threads);
 void conv_winograd(const WinoGeo& g, const float* in, const float* u, const float* bias, bool relu, float* out,
                    float* scratch);
 
+/// Floats of scratch conv_winograd_wgrad needs with `threads` OpenMP threads.
+size_t winograd_wgrad_scratch(const WinoGeo& g, int threads);
+
+/// The weight gradient of conv_winograd's convolution with the filter as it applies it:
+/// dw[o,r,s,i] = sum_{n,p,q} dy[n,p,q,o] * in[n, p-pt+r, q-pl+s, i] (dw KRSC [Co][3][3][Ci]),
+/// and db[o] = sum dy[...,o] when db is not null, as G^T [sum over tiles (A dy A^T) . (B^T x B)] G.
+/// Each thread sums its own tiles, so the rounding depends on the thread count (as oneDNN's
+/// kernel's and the GEMM weight gradient's do).
+void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch);
+
 // ---- the hook of conv.cpp (conv_winograd_op.cpp) ----------------------------------------
 
 /// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution: 4, 2, or 0 for
@@ -55,6 +65,10 @@ int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g);
 /// false (nothing written) otherwise.
 bool winograd_forward(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x, const float* w,
                       const float* b, bool relu, float* y);
+/// dw (and db) of the convolution by Winograd when winograd_tile() is not 0 and
+/// MPX_CONV_WGRAD does not ask for the GEMM kernel.
+bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x,
+                              const float* dy, float* dw, float* db);
 /// dx = the backward-data convolution of dy by Winograd when winograd_tile() is not 0.
 bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* dy,
                             const float* w, float* dx);
@@ -72,12 +86,18 @@ struct WinoBlock {
 };
 namespace wino_base {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
 }
 namespace wino_avx2 {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
 }
 namespace wino_avx512 {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
 }
 
 }  // namespace mpx::cpu

@@ -55,7 +55,7 @@ bool rule(const Geo& g) {
   return min_side > 0 && g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
 }
 
-enum WinoOp : int64_t { kWinoFwd = 105, kWinoBwdData = 106 };
+enum WinoOp : int64_t { kWinoFwd = 105, kWinoBwdData = 106, kWinoBwdFilter = 107 };
 
 struct WinoNoted : Plan {};
 
@@ -68,7 +68,10 @@ void note(Context& ctx, WinoOp op, const Conv2dParams& p, const Geo& g, int m) {
   PlanKey k;
   k << op << g.N << g.H << g.W << g.C << g.K << p.pad_top << p.pad_left << p.pad_bottom << p.pad_right << m;
   ctx.plan<WinoNoted>(k, [&] {
-    ctx.note_kernel(what(op == kWinoFwd ? "convolution forward" : "convolution backward data", g),
+    const char* name = op == kWinoFwd       ? "convolution forward"
+                       : op == kWinoBwdData ? "convolution backward data"
+                                            : "convolution backward weights";
+    ctx.note_kernel(what(name, g),
                     fmt::format("winograd:F({}x{},3x3) {} + sgemm", m, m, winograd_isa()));
     return new WinoNoted;
   });
@@ -99,6 +102,18 @@ bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const f
   winograd_weights(wg, w, false, u);
   float* scratch = ctx.scratch(kSlotTmp0, winograd_scratch(wg, omp_get_max_threads()));
   conv_winograd(wg, x, u, b, relu, y, scratch);
+  return true;
+}
+
+bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* dy,
+                              float* dw, float* db) {
+  static const bool gemm_asked = env_string("MPX_CONV_WGRAD") == "gemm";
+  const int m = gemm_asked ? 0 : winograd_tile(p, g);
+  if (m == 0) return false;
+  note(ctx, kWinoBwdFilter, p, g, m);
+  const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
+  float* scratch = ctx.scratch(kSlotTmp0, winograd_wgrad_scratch(wg, omp_get_max_threads()));
+  conv_winograd_wgrad(wg, x, dy, dw, db, scratch);
   return true;
 }
 
