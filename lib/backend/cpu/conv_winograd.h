@@ -56,10 +56,10 @@ void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, flo
 
 // ---- the hook of conv.cpp (conv_winograd_op.cpp) ----------------------------------------
 
-/// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution: 4, 2, or 0 for
-/// oneDNN's direct kernel. A fixed rule (shape, ISA), never a timing: a run and its resume
-/// compute the same bits.
-int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g);
+/// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution's forward and
+/// backward-data passes (or its weight gradient, `wgrad`): 4, 2, or 0 for oneDNN's kernel. A
+/// fixed rule (shape, ISA), never a timing: a run and its resume compute the same bits.
+int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad = false);
 
 /// y = conv(x, w) + b (then relu when asked) by Winograd when winograd_tile() is not 0; returns
 /// false (nothing written) otherwise.

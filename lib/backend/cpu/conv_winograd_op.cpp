@@ -47,11 +47,13 @@ bool applies(const Conv2dParams& p, const Geo& g) {
 
 /// The default rule, from single-thread measurements against oneDNN's direct kernels
 /// (docs/cpu-performance.md, "Winograd convolution"): 16+ channels in and out (with 8 it
-/// lost), and outputs of at least 8x8 pixels with AVX-512 (at 4x4 and 6x6 it tied or lost
-/// there) or 4x4 with AVX2 (won at both). Not measured on CPUs without AVX2: off there.
-bool rule(const Geo& g) {
+/// lost or tied), and outputs of at least 4x4 pixels with AVX2 (won at 4x4 and 6x6 in every
+/// pass); with AVX-512 at least 8x8 for forward and backward-data (they tied or lost at 4x4
+/// and 6x6) and 4x4 for the weight gradient (won at both). Not measured on CPUs without AVX2:
+/// off there.
+bool rule(const Geo& g, bool wgrad) {
   const std::string isa = winograd_isa();
-  const int64_t min_side = isa == "avx512" ? 8 : isa == "avx2" ? 4 : -1;
+  const int64_t min_side = isa == "avx512" ? (wgrad ? 4 : 8) : isa == "avx2" ? 4 : -1;
   return min_side > 0 && g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
 }
 
@@ -84,12 +86,12 @@ WinoGeo with_block(WinoGeo wg) {
 
 }  // namespace
 
-int winograd_tile(const Conv2dParams& p, const Geo& g) {
+int winograd_tile(const Conv2dParams& p, const Geo& g, bool wgrad) {
   const WinoMode mode = wino_mode();
   if (mode == WinoMode::Off || !applies(p, g)) return 0;
   if (mode == WinoMode::F4) return 4;
   if (mode == WinoMode::F2) return 2;
-  return rule(g) ? 4 : 0;
+  return rule(g, wgrad) ? 4 : 0;
 }
 
 bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* w,
@@ -108,7 +110,7 @@ bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const f
 bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* dy,
                               float* dw, float* db) {
   static const bool gemm_asked = env_string("MPX_CONV_WGRAD") == "gemm";
-  const int m = gemm_asked ? 0 : winograd_tile(p, g);
+  const int m = gemm_asked ? 0 : winograd_tile(p, g, true);
   if (m == 0) return false;
   note(ctx, kWinoBwdFilter, p, g, m);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
