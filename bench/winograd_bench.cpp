@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The CPU backend's 3x3 stride-1 convolutions, forward (bias + relu) and backward-data, at
-// the CIFAR net's shapes and a few others, and their weight gradient: milliseconds per call, GFLOP/s counted as the
-// direct convolution's 2*N*P*Q*K*C*9 (so Winograd's figure is "direct-equivalent"), and
-// which kernel ran (oneDNN's implementation name or winograd:F(mxm,3x3)). The kernel is
-// whatever MPX_CONV_WINOGRAD picks, so compare paths by running it under off, on and f2,
-// alternating (docs/cpu-performance.md, "Winograd convolution"); the weight gradient's
-// kernel is MPX_CONV_WGRAD's:
+// The CPU backend's 3x3 stride-1 convolutions at the CIFAR net's shapes and a few others:
+// forward (bias + relu), backward-data and weight gradient, milliseconds per call, GFLOP/s
+// counted as the direct convolution's 2*N*P*Q*K*C*9 (so Winograd's figure is
+// "direct-equivalent"), and which kernel ran (oneDNN's implementation name,
+// winograd:F(mxm,3x3) or gemm:sgemm). The kernels are whatever MPX_CONV_WINOGRAD and
+// MPX_CONV_WGRAD pick, so compare paths by running it under off, on and f2, alternating
+// (docs/cpu-performance.md, "Winograd convolution"):
 //   winograd_bench [--cpu-time] [--reps N] [--only SUBSTRING] [--tiles T,T,...]
 // --tiles times the Winograd kernel itself (conv_winograd, forward) with those tile-block
 // sizes instead of the default one, to tune winograd_tiles_per_block().
