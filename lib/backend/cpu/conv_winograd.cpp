@@ -118,9 +118,19 @@ size_t winograd_scratch(const WinoGeo& g, int threads) {
   return static_cast<size_t>(layout(g).per_thread) * static_cast<size_t>(threads);
 }
 
+namespace {
+
+// Per thread: V and M of a block, the accumulator [alpha^2][Co][Ci] and db [Co], each a
+// multiple of 16 floats so that no two threads share a cache line.
+int64_t wgrad_acc_floats(const WinoGeo& g) { return round_up(alpha(g) * alpha(g) * g.Co * g.Ci, kLanes); }
+int64_t wgrad_per_thread(const WinoGeo& g) {
+  return layout(g).per_thread + wgrad_acc_floats(g) + round_up(g.Co, kLanes);
+}
+
+}  // namespace
+
 size_t winograd_wgrad_scratch(const WinoGeo& g, int threads) {
-  const int64_t per = layout(g).per_thread + alpha(g) * alpha(g) * g.Co * g.Ci + round_up(g.Co, kLanes);
-  return static_cast<size_t>(per) * static_cast<size_t>(threads);
+  return static_cast<size_t>(wgrad_per_thread(g)) * static_cast<size_t>(threads);
 }
 
 void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch) {
@@ -129,7 +139,7 @@ void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, flo
   const WinoBlock b{&g, in, nullptr, nullptr, nullptr, false, l.ldv, l.ldm, l.plane_v, l.plane_m};
   const int a = alpha(g);
   const int64_t a2 = a * a, tb = g.tiles_per_block, t_all = tiles(g), blocks = (t_all + tb - 1) / tb;
-  const int64_t acc_n = a2 * g.Co * g.Ci, per = l.per_thread + acc_n + round_up(g.Co, kLanes);
+  const int64_t acc_n = wgrad_acc_floats(g), per = wgrad_per_thread(g);
   auto* run = isa() == Isa::Avx512 ? wino_avx512::wgrad_block
               : isa() == Isa::Avx2 ? wino_avx2::wgrad_block
                                    : wino_base::wgrad_block;
@@ -141,7 +151,7 @@ void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, flo
     float* m = v + a2 * l.plane_v;
     float* acc = m + a2 * l.plane_m;
     float* dbt = acc + acc_n;
-    std::fill(acc, acc + acc_n + g.Co, 0.0f);
+    std::fill(acc, acc + acc_n + g.Co, 0.0f);  // the accumulator and db
     for (int64_t k = blocks * t / nt; k < blocks * (t + 1) / nt; ++k)
       run(b, dy, k * tb, std::min(tb, t_all - k * tb), v, m, acc, dbt);
 #pragma omp barrier
