@@ -138,6 +138,8 @@ std::vector<ConvCase> conv_cases() {
   same3.R = same3.S = 3;
   same3.pad_top = same3.pad_left = same3.pad_bottom = same3.pad_right = 1;
   cs.push_back({"3x3 same + bias + relu", 3, 7, 6, 3, 4, same3, true, Activation::Relu});
+  // 16+ channels and 8+ pixels: Winograd's shapes by default (MPX_CONV_WINOGRAD, docs/cpu-performance.md).
+  cs.push_back({"3x3 same, 16 -> 24 channels + bias + relu", 2, 9, 10, 16, 24, same3, true, Activation::Relu});
   Conv2dParams asym;
   asym.R = 3, asym.S = 2, asym.stride_h = asym.stride_w = 2;
   asym.pad_top = 0, asym.pad_left = 1, asym.pad_bottom = 1, asym.pad_right = 0;

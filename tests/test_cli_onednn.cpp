@@ -111,3 +111,37 @@ TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel
   CHECK(bad.code == 2);
   CHECK(bad.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
 }
+
+TEST_CASE("MPX_CONV_WINOGRAD: on puts 3x3 stride-1 convolutions on Winograd, off on oneDNN; a bad value is exit 2",
+          "[cli][bench]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  auto forward_impls = [&](const char* mode) {
+    ::setenv("MPX_CONV_WINOGRAD", mode, 1);
+    const Run r = run_mpx("bench --config c.yaml --steps 1 --warmup 0 --json", t.path);
+    ::unsetenv("MPX_CONV_WINOGRAD");
+    REQUIRE(r.code == 0);
+    std::pair<std::string, std::string> impl;  // first layer (3x3 stride 1), second (stride 2)
+    const json j = json::parse(r.out);
+    for (const json& k : j.at("kernels")) {
+      const std::string op = k.at("op").get<std::string>();
+      if (op == "convolution forward for x [8, 28, 28, 1], w [16, 3, 3, 1]") impl.first = k.at("impl").get<std::string>();
+      if (op == "convolution forward for x [8, 28, 28, 16], w [16, 3, 3, 16]") impl.second = k.at("impl").get<std::string>();
+    }
+    return impl;
+  };
+  const auto on = forward_impls("on"), off = forward_impls("off"), f2 = forward_impls("f2");
+  CHECK(on.first.rfind("winograd:F(4x4,3x3) ", 0) == 0);
+  CHECK(f2.first.rfind("winograd:F(2x2,3x3) ", 0) == 0);
+  CHECK(!off.first.empty());
+  CHECK(off.first.find("winograd") == std::string::npos);
+  for (const auto& i : {on, off, f2}) {  // stride 2: oneDNN's always
+    CHECK(!i.second.empty());
+    CHECK(i.second.find("winograd") == std::string::npos);
+  }
+  ::setenv("MPX_CONV_WINOGRAD", "fastest", 1);
+  const Run bad = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  ::unsetenv("MPX_CONV_WINOGRAD");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MPX_CONV_WINOGRAD='fastest'") != std::string::npos);
+}

@@ -2,7 +2,6 @@
 // Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
 // 16-bit operands are widened into float32 scratch, the float32 kernel runs,
 // and 16-bit outputs are rounded once from the float32 result.
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +13,7 @@
 
 #include "backend/cpu/conv_loops.h"
 #include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -167,10 +167,9 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 
 // ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
 
-// MPX_CONV_WGRAD: unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" measures
-// both on the first call of each shape and keeps the faster. Not the default: a choice by
-// timing can differ between processes, and with it the rounding of the weight gradient, which
-// would break the bit-exact resume (docs/cpu-performance.md).
+// MPX_CONV_WGRAD: unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" runs
+// mpx's where wgrad_gemm_rule() (conv_wgrad.cpp) says, a fixed rule by shape and ISA so that
+// a run and its resume compute the same bits (docs/cpu-performance.md).
 enum class WgradMode { Auto, Gemm, OneDnn };
 WgradMode wgrad_mode() {
   static const WgradMode m = [] {
@@ -204,44 +203,21 @@ void run_wgrad_onednn(Context& ctx, DnnlPlan& plan, const float* x, const float*
   plan.run(ctx);
 }
 
-/// Milliseconds of the faster of two runs of f.
-template <typename F>
-double best_ms(F&& f) {
-  double best = 1e300;
-  for (int i = 0; i < 2; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-/// Whether this shape's weight gradient runs the GEMM kernel; in auto mode the first call
-/// times both kernels on its own data (their results are equal up to rounding, and the
-/// last run leaves a complete result) and records the choice with the kernels.
-bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g, DnnlPlan& dnnl_plan, const float* x,
-                    const float* dy, float* dw, float* db) {
+/// Whether this shape's weight gradient runs the GEMM kernel; the choice is recorded with
+/// the kernels on the first call of each shape.
+bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g) {
   const WgradMode mode = wgrad_mode();
   if (mode == WgradMode::OneDnn || !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w)) return false;
-  const std::string what = conv_what("convolution backward weights", g);
   bool made = false;
-  WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, db ? 1 : 0), [&] {
+  WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, 0), [&] {
     made = true;
     return new WgradChoice;
   });
   if (!made) return c.gemm;
-  if (mode == WgradMode::Gemm) {
-    c.gemm = true;
-    ctx.note_kernel(what, "gemm:sgemm (MPX_CONV_WGRAD=gemm)");
-    return true;
-  }
-  const double t_dnnl = best_ms([&] { run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db); });
-  const double t_gemm = best_ms([&] { run_wgrad_gemm(ctx, g, x, dy, dw, db); });
-  c.gemm = t_gemm < t_dnnl;
-  if (!c.gemm) run_wgrad_onednn(ctx, dnnl_plan, x, dy, dw, db);
-  ctx.note_kernel(what, fmt::format("{} (measured {:.2f} ms, {} {:.2f} ms)", c.gemm ? "gemm:sgemm" : dnnl_plan.impl,
-                                    c.gemm ? t_gemm : t_dnnl, c.gemm ? dnnl_plan.impl : "gemm:sgemm",
-                                    c.gemm ? t_dnnl : t_gemm));
+  c.gemm = mode == WgradMode::Gemm || wgrad_gemm_rule(wgrad_geo(g));
+  if (c.gemm)
+    ctx.note_kernel(conv_what("convolution backward weights", g),
+                    mode == WgradMode::Gemm ? "gemm:sgemm (MPX_CONV_WGRAD=gemm)" : "gemm:sgemm (MPX_CONV_WGRAD=auto)");
   return c.gemm;
 }
 
@@ -274,6 +250,11 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
     activation_epilogue(act, yf, y, pre);
     return;
   }
+  const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
+  if (winograd_forward(ctx, p, g, xf, wf, bf, wino_relu, yf)) {
+    activation_epilogue(wino_relu ? Activation::None : act, yf, y, pre);
+    return;
+  }
   const Activation fused = conv_post_op(act, pre);
   DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, fused);
   plan.bind(DNNL_ARG_SRC, xf);
@@ -292,7 +273,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   float* dxf = f32_out(ctx, kSlotDX, dx);
   if (reference_loops()) {
     conv_backward_data_loops(g, dyf, wf, dxf);
-  } else {
+  } else if (!winograd_backward_data(ctx, p, g, dyf, wf, dxf)) {
     DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
     plan.bind(DNNL_ARG_DIFF_DST, dyf);
     plan.bind(DNNL_ARG_WEIGHTS, wf);
@@ -311,9 +292,9 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
   if (reference_loops()) {
     conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
-  } else {
+  } else if (!winograd_backward_filter(ctx, p, g, xf, dyf, dwf, dbf)) {
     DnnlPlan& plan = conv_bwd_filter_plan(ctx, p, g, dbf != nullptr);
-    if (use_wgrad_gemm(ctx, p, g, plan, xf, dyf, dwf, dbf))
+    if (use_wgrad_gemm(ctx, p, g))
       run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
     else
       run_wgrad_onednn(ctx, plan, xf, dyf, dwf, dbf);

@@ -103,6 +103,11 @@ bool wgrad_gemm_applies(const WgradGeo& g, int stride_h, int stride_w) {
   return stride_h == 1 && stride_w == 1 && g.P > 0 && g.Q > 0 && g.pt >= 0 && g.pl >= 0;
 }
 
+// Measured against oneDNN 3.2's kernels with one thread (process CPU time), AVX-512 and AVX2,
+// at nine 3x3 shapes from 8 to 256 channels: the GEMM kernel tied at best (the CIFAR net's
+// 64 -> 128 layer) and was 1.2-3.3x slower elsewhere, so no shape takes it yet.
+bool wgrad_gemm_rule(const WgradGeo&) { return false; }
+
 size_t wgrad_gemm_scratch(const WgradGeo& g, int threads) { return per_thread(g) * static_cast<size_t>(threads); }
 
 void conv_wgrad_gemm(const WgradGeo& g, const float* x, const float* dy, float* dw, float* db, float* scratch) {

@@ -16,6 +16,10 @@ struct WgradGeo {
 /// Whether conv_wgrad_gemm computes this convolution (stride 1 in both directions).
 bool wgrad_gemm_applies(const WgradGeo& g, int stride_h, int stride_w);
 
+/// Whether MPX_CONV_WGRAD=auto runs conv_wgrad_gemm for this shape: a fixed rule by shape and
+/// ISA (docs/cpu-performance.md, "The GEMM weight gradient").
+bool wgrad_gemm_rule(const WgradGeo& g);
+
 /// Floats of scratch conv_wgrad_gemm needs with `threads` OpenMP threads.
 size_t wgrad_gemm_scratch(const WgradGeo& g, int threads);
 

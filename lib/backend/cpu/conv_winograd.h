@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+// Winograd convolution F(m x m, 3 x 3), m = 4 or 2, for 3x3 stride-1 float32 convolutions in
+// NHWC (docs/cpu-performance.md, "Winograd convolution"). Backward-data is the same
+// convolution of dy with the filter turned by 180 degrees and its channel roles swapped, so
+// one routine serves both: it reads an input [N, H, W, Ci], writes an output [N, P, Q, Co] with
+//   out[n,p,q,o] = sum_{r,s,i} in[n, p-pt+r, q-pl+s, i] * f[o,r,s,i]   (zero outside the input)
+// where the filter f has been transformed by winograd_weights().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/conv_loops.h"
+
+namespace mpx::cpu {
+
+class Context;
+
+struct WinoGeo {
+  int64_t N, H, W, Ci;  // input, NHWC
+  int64_t P, Q, Co;     // output, NHWC
+  int64_t pt, pl;       // top and left padding of the input (0..2)
+  int m;                // output tile: 4 for F(4x4,3x3), 2 for F(2x2,3x3)
+  int64_t tiles_per_block;
+};
+
+/// Default tiles per block of one thread (the GEMMs' row count) for this geometry.
+int64_t winograd_tiles_per_block(const WinoGeo& g);
+
+/// Floats of the transformed filter: (m+2)^2 * Ci * Co.
+size_t winograd_weight_floats(const WinoGeo& g);
+
+/// The transformed filter U[(m+2)^2][Ci][Co], computed in float64 and rounded once.
+/// Forward: w is KRSC = [Co][3][3][Ci]. rotated (backward-data): w is the forward filter
+/// [Ci][3][3][Co] (its K is this convolution's input channels), used turned by 180 degrees.
+void winograd_weights(const WinoGeo& g, const float* w, bool rotated, float* u);
+
+/// Floats of scratch conv_winograd needs with `threads` OpenMP threads.
+size_t winograd_scratch(const WinoGeo& g, int threads);
+
+/// out = conv(in, f) (+ bias[o] when bias is not null, then max(0, .) when relu; NaN stays NaN).
+/// u from winograd_weights(); scratch holds winograd_scratch(g, omp_get_max_threads()) floats.
+/// Deterministic: the tiles of a block and the blocks do not depend on the thread count.
+void conv_winograd(const WinoGeo& g, const float* in, const float* u, const float* bias, bool relu, float* out,
+                   float* scratch);
+
+/// Floats of scratch conv_winograd_wgrad needs with `threads` OpenMP threads.
+size_t winograd_wgrad_scratch(const WinoGeo& g, int threads);
+
+/// The weight gradient of conv_winograd's convolution with the filter as it applies it:
+/// dw[o,r,s,i] = sum_{n,p,q} dy[n,p,q,o] * in[n, p-pt+r, q-pl+s, i] (dw KRSC [Co][3][3][Ci]),
+/// and db[o] = sum dy[...,o] when db is not null, as G^T [sum over tiles (A dy A^T) . (B^T x B)] G.
+/// Each thread sums its own tiles, so the rounding depends on the thread count (as oneDNN's
+/// kernel's and the GEMM weight gradient's do).
+void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch);
+
+// ---- the hook of conv.cpp (conv_winograd_op.cpp) ----------------------------------------
+
+/// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution's forward and
+/// backward-data passes (or its weight gradient, `wgrad`): 4, 2, or 0 for oneDNN's kernel. A
+/// fixed rule (shape, ISA), never a timing: a run and its resume compute the same bits.
+int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad = false);
+
+/// y = conv(x, w) + b (then relu when asked) by Winograd when winograd_tile() is not 0; returns
+/// false (nothing written) otherwise.
+bool winograd_forward(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x, const float* w,
+                      const float* b, bool relu, float* y);
+/// dw (and db) of the convolution by Winograd when winograd_tile() is not 0 and
+/// MPX_CONV_WGRAD does not ask for the GEMM kernel.
+bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x,
+                              const float* dy, float* dw, float* db);
+/// dx = the backward-data convolution of dy by Winograd when winograd_tile() is not 0.
+bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* dy,
+                            const float* w, float* dx);
+
+/// Which build of the transforms runs: "avx512", "avx2" or "baseline" (cpuid).
+const char* winograd_isa();
+
+// The transforms of one block of tiles, built once per ISA (conv_winograd.inc).
+struct WinoBlock {
+  const WinoGeo* g;
+  const float *in, *u, *bias;
+  float* out;
+  bool relu;
+  int64_t ldv, ldm, plane_v, plane_m;  // scratch layout: V[alpha^2][tiles][ldv], M[..][..][ldm]
+};
+namespace wino_base {
+void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
+}
+namespace wino_avx2 {
+void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
+}
+namespace wino_avx512 {
+void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
+void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+                 float* db);
+}
+
+}  // namespace mpx::cpu

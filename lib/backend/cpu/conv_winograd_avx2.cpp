@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: MIT
+// The AVX2 build of the Winograd transforms (conv_winograd.inc); compiled with -mavx2 -mfma
+// (lib/CMakeLists.txt, *_avx2.cpp) and called by conv_winograd.cpp only after cpuid and
+// oneDNN reported AVX2.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/conv_winograd.h"
+#include "core/error.h"
+
+namespace mpx::cpu::wino_avx2 {
+constexpr int kCB = 8;
+#include "backend/cpu/conv_winograd.inc"
+}  // namespace mpx::cpu::wino_avx2

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: MIT
+// The AVX-512 build of the Winograd transforms (conv_winograd.inc); compiled with -mavx512f
+// (lib/CMakeLists.txt, *_avx512.cpp) and called by conv_winograd.cpp only after cpuid and
+// oneDNN reported AVX-512.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/conv_winograd.h"
+#include "core/error.h"
+
+namespace mpx::cpu::wino_avx512 {
+constexpr int kCB = 16;
+#include "backend/cpu/conv_winograd.inc"
+}  // namespace mpx::cpu::wino_avx512
