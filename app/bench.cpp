@@ -52,6 +52,14 @@ void run_bench(const BenchArgs& a) {
                             {"algo", p.algo},
                             {"math", p.math},
                             {"workspace_bytes", p.workspace_bytes}});
+    // Which 16-bit path the convolutions and dense layers took (docs/precision.md).
+    j["math16"] = nlohmann::ordered_json::array();
+    for (const Math16Report& m : r.math16)
+      j["math16"].push_back({{"dtype", m.dtype},
+                             {"path", m.path},
+                             {"detail", m.detail},
+                             {"native_ops", m.native_ops},
+                             {"widened_ops", m.widened_ops}});
     print_json(j);
   } else {
     std::cout << fmt::format("device       {}\n", r.device)
@@ -68,6 +76,8 @@ void run_bench(const BenchArgs& a) {
               << fmt::format("activations  {}\n", format_bytes(r.memory.activation_bytes))
               << fmt::format("peak memory  {}\n", format_bytes(r.peak_memory_bytes));
     if (!r.library.empty()) std::cout << fmt::format("library      {}\n", r.library);
+    for (const Math16Report& m : r.math16)
+      std::cout << fmt::format("16-bit path  {}: {}\n", m.dtype, m.detail);
     if (!r.kernels.empty()) std::cout << "kernels\n";
     for (const auto& k : r.kernels) std::cout << fmt::format("  {:<16} {}\n", k.impl, k.op);
   }

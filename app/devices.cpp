@@ -76,9 +76,11 @@ void run_devices(bool json) {
   std::string cpu_reason;
   Policy cpu_policy = Policy::Float32;
   std::string cpu_library;
+  DeviceInfo cpu_info;
   {
     auto backend = create_backend("cpu");
-    cpu_policy = resolve_policy(Policy::Auto, backend->info(), &cpu_reason);
+    cpu_info = backend->info();
+    cpu_policy = resolve_policy(Policy::Auto, cpu_info, &cpu_reason);
     cpu_library = backend->library();
   }
   const std::vector<DeviceInfo> gpus = cuda_devices();
@@ -113,7 +115,9 @@ void run_devices(bool json) {
                 {"f16c", cpu.f16c},
                 {"auto_policy", policy_name(cpu_policy)},
                 {"auto_reason", cpu_reason},
-                {"library", cpu_library}};
+                {"library", cpu_library},
+                {"math_bfloat16", cpu_info.math_bf16},
+                {"math_float16", cpu_info.math_f16}};
     j["cuda_built"] = built_with_cuda;
     j["cuda"] = nlohmann::ordered_json::array();
     for (const auto& d : gpus) {
@@ -157,6 +161,8 @@ void run_devices(bool json) {
             << fmt::format("  AVX2          {}\n", yes_no(cpu.avx2))
             << fmt::format("  F16C          {}\n", yes_no(cpu.f16c))
             << fmt::format("  library       {}\n", cpu_library)
+            << fmt::format("  bfloat16 math {}\n", cpu_info.math_bf16)
+            << fmt::format("  float16 math  {}\n", cpu_info.math_f16)
             << fmt::format("  policy auto   {}{}\n", policy_name(cpu_policy),
                            cpu_reason.empty() ? "" : " (" + cpu_reason + ")");
   if (gpus.empty()) {

@@ -289,6 +289,13 @@ TEST_CASE("dnnl global average pooling: 1x1, odd and net-sized windows, all dtyp
       Tensor dx = d.make(t, Shape{s.N, s.H, s.W, s.C});
       d.be->global_avg_pool_backward(dy, dx);
       check_close("gap backward", d.get(dx), ref::global_avg_pool_backward(s.N, s.H * s.W, s.C, widen(dyv)), t);
+      // 16-bit: exactly the float32 broadcast dy/HW rounded once.
+      Tensor dy32 = d.make(DType::F32, dy.shape), dx32 = d.make(DType::F32, dx.shape);
+      d.put(dy32, dyv);
+      d.be->global_avg_pool_backward(dy32, dx32);
+      std::vector<float> want = d.get(dx32);
+      for (float& v : want) v = round_to(t, v);
+      support::check_exact("gap backward vs rounded float32", d.get(dx), want);
     }
   }
 }

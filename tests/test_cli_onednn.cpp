@@ -145,3 +145,52 @@ TEST_CASE("MPX_CONV_WINOGRAD: on puts 3x3 stride-1 convolutions on Winograd, off
   CHECK(bad.code == 2);
   CHECK(bad.err.find("MPX_CONV_WINOGRAD='fastest'") != std::string::npos);
 }
+
+TEST_CASE("bench and devices say which 16-bit path ran; MPX_CPU_16BIT=widen forces the widened one",
+          "[cli][bench][devices]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  const Run dev = run_mpx("devices --json", t.path);
+  REQUIRE(dev.code == 0);
+  const std::string bf16 = json::parse(dev.out).at("cpu").at("math_bfloat16").get<std::string>();
+  INFO("devices: bfloat16 math " << bf16);
+  const bool native = bf16.rfind("native bf16 (", 0) == 0;
+  CHECK((native || bf16.rfind("widened to float32 (", 0) == 0));
+  const Run dev_text = run_mpx("devices", t.path);
+  CHECK(dev_text.out.find("  bfloat16 math " + bf16 + "\n") != std::string::npos);
+
+  const Run r = run_mpx("bench --config c.yaml --set policy=mixed_bfloat16 --steps 1 --warmup 0 --json", t.path);
+  REQUIRE(r.code == 0);
+  const json m = json::parse(r.out).at("math16");
+  REQUIRE(m.size() == 1);
+  CHECK(m[0].at("dtype") == "bfloat16");
+  CHECK(m[0].at("path") == (native ? "native" : "widened"));
+  CHECK(m[0].at("detail").get<std::string>().rfind(bf16, 0) == 0);
+  // Both convolutions' forward and weight gradient, the second one's data gradient; the
+  // float32 output layer is not a 16-bit op.
+  CHECK(m[0].at("native_ops").get<int>() + m[0].at("widened_ops").get<int>() == 5);
+  CHECK(m[0].at("native_ops").get<int>() == (native ? 5 : 0));
+  const Run text = run_mpx("bench --config c.yaml --set policy=mixed_bfloat16 --steps 1 --warmup 0", t.path);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("16-bit path  bfloat16: " + bf16) != std::string::npos);
+
+  const Run f32 = run_mpx("bench --config c.yaml --steps 1 --warmup 0 --json", t.path);
+  REQUIRE(f32.code == 0);
+  CHECK(json::parse(f32.out).at("math16").empty());
+
+  ::setenv("MPX_CPU_16BIT", "widen", 1);
+  const Run w = run_mpx("bench --config c.yaml --set policy=mixed_bfloat16 --steps 1 --warmup 0 --json", t.path);
+  const Run wdev = run_mpx("devices", t.path);
+  ::setenv("MPX_CPU_16BIT", "fastest", 1);
+  const Run bad = run_mpx("bench --config c.yaml --set policy=mixed_bfloat16 --steps 1 --warmup 0", t.path);
+  ::unsetenv("MPX_CPU_16BIT");
+  REQUIRE(w.code == 0);
+  const json wj = json::parse(w.out);
+  CHECK(wj.at("math16").at(0).at("path") == "widened");
+  CHECK(wj.at("math16").at(0).at("detail") == "widened to float32 (MPX_CPU_16BIT=widen)");
+  CHECK(wj.at("math16").at(0).at("widened_ops") == 5);
+  for (const json& k : wj.at("kernels")) CHECK(k.at("op").get<std::string>().find("bfloat16") == std::string::npos);
+  CHECK(wdev.out.find("  bfloat16 math widened to float32 (MPX_CPU_16BIT=widen)\n") != std::string::npos);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MPX_CPU_16BIT='fastest'") != std::string::npos);
+}

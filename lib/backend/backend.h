@@ -154,6 +154,10 @@ class Backend {
   virtual std::string library() const { return {}; }
   /// The library kernels chosen so far, one per distinct op and shape, in creation order.
   virtual std::vector<KernelChoice> kernels() const { return {}; }
+  /// How the 16-bit convolutions and dense layers that ran so far were computed, one entry
+  /// per 16-bit dtype that ran (CPU: native kernels or widened; docs/precision.md); empty
+  /// where a backend does not say.
+  virtual std::vector<Math16Report> math16() const { return {}; }
   MemoryStats memory_stats() const { return mem_; }
 
   // ---- memory --------------------------------------------------------------

@@ -23,6 +23,9 @@ struct DeviceInfo {
   bool native_bf16 = false;     // bf16 math faster than f32 (AMX-BF16 CPU, cc >= 8.0 GPU)
   bool native_f16 = false;      // f16 math faster than f32 (Tensor Cores, cc >= 7.0)
   int compute_capability = 0;   // GPUs: 10*major+minor; 0 on the CPU (or a GPU not visible here)
+  /// CPU: the path of 16-bit convolutions and dense layers, per dtype: "native bf16
+  /// (avx512_core_amx)" or "widened to float32 (...)" (docs/precision.md); empty on GPUs.
+  std::string math_bf16, math_f16;
 
   /// The one statement of what a GPU can do, read by policy `auto`, `mpx validate`'s
   /// Tensor Core warnings and the CUDA backend's supports(): float16 Tensor Cores from
@@ -41,6 +44,15 @@ struct DeviceInfo {
 struct KernelChoice {
   std::string op;    // "convolution backward weights for x [256, 32, 32, 64], w [128, 3, 3, 64]"
   std::string impl;  // the library's name for it, e.g. "brgconv:avx2"
+};
+
+/// How the convolutions and dense layers of one 16-bit dtype ran (CPU backend; `mpx bench`).
+struct Math16Report {
+  std::string dtype;    // "bfloat16" / "float16"
+  std::string path;     // "native", "widened" or "mixed" (some ops native, the others widened)
+  std::string detail;   // "native bf16 (avx512_core_amx)" / "widened to float32 (...)"
+  int native_ops = 0;   // distinct ops (op and shape) on oneDNN's native 16-bit kernels
+  int widened_ops = 0;  // distinct ops widened to float32
 };
 
 /// Whether a backend can run an op with given shapes, and why not (supports_conv2d).

@@ -27,6 +27,8 @@ struct BenchResult {
   std::vector<KernelChoice> kernels;
   /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
   std::vector<PlanReport> plans;
+  /// How the 16-bit convolutions and dense layers ran (CPU: native kernels or widened).
+  std::vector<Math16Report> math16;
 };
 
 /// @brief Times `steps` training steps after `warmup`. Throws ConfigError for steps <= 0 or warmup < 0.

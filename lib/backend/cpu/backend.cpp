@@ -22,6 +22,7 @@
 #include "core/env.h"
 #include "backend/step_state.h"
 #include "core/error.h"
+#include "backend/cpu/native16.h"
 #include "backend/cpu/ops.h"
 #include "core/half.h"
 
@@ -107,9 +108,12 @@ class CpuBackend final : public Backend {
     if (__builtin_cpu_supports("fma")) isa += " fma";
     if (have_f16c()) isa += " f16c";
     d.description = fmt::format("{} ({} threads,{})", cpu_model_name(), omp_get_max_threads(), isa);
-    // bf16/f16 math is emulated (f32 compute) on CPUs without AMX: never faster than f32 here.
-    d.native_bf16 = false;
+    // bf16 beats f32 only on oneDNN's AMX kernels; f16 (AVX512-FP16, no AMX-FP16 in oneDNN
+    // 3.2's training kernels) does not (docs/precision.md).
+    d.native_bf16 = path16(DType::BF16).native && dnnl_has_amx_bf16();
     d.native_f16 = false;
+    d.math_bf16 = path16(DType::BF16).text;
+    d.math_f16 = path16(DType::F16).text;
     return d;
   }
 
@@ -130,6 +134,27 @@ class CpuBackend final : public Backend {
   std::vector<KernelChoice> kernels() const override {
     std::vector<KernelChoice> v;
     for (const auto& [what, impl] : ctx_.kernels()) v.push_back({what, impl});
+    return v;
+  }
+  std::vector<Math16Report> math16() const override {
+    std::vector<Math16Report> v;
+    for (DType t : {DType::BF16, DType::F16}) {
+      const auto [native, widened] = ctx_.math16_count(t);
+      if (native + widened == 0) continue;
+      Math16Report r;
+      r.dtype = dtype_name(t);
+      r.native_ops = native, r.widened_ops = widened;
+      r.path = widened == 0 ? "native" : native == 0 ? "widened" : "mixed";
+      r.detail = path16(t).text;
+      if (native == 0 && path16(t).native)
+        r.detail = fmt::format("widened to float32 (oneDNN has no native {} kernel for these ops: see the kernels)",
+                               r.dtype);
+      if (native > 0 && widened > 0)
+        r.detail += fmt::format("; {} of {} ops widened to float32 (oneDNN has no native kernel for them: see the "
+                                "kernels)",
+                                widened, native + widened);
+      v.push_back(std::move(r));
+    }
     return v;
   }
 

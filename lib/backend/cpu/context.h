@@ -99,6 +99,18 @@ class Context {
     kernels_.emplace_back(what, impl);
   }
   size_t plan_count() const { return plans_.size(); }
+  /// Records that op `key` (one op and shape) ran with 16-bit operands of dtype t, on
+  /// oneDNN's native 16-bit kernel or widened to float32 (native16.h); counted per dtype.
+  void note_math16(DType t, const PlanKey& key, bool native) {
+    auto& m = t == DType::BF16 ? math16_[0] : math16_[1];
+    m[key] = native;
+  }
+  /// The ops of dtype t noted so far: {native, widened}.
+  std::pair<int, int> math16_count(DType t) const {
+    std::pair<int, int> c{0, 0};
+    for (const auto& [k, native] : t == DType::BF16 ? math16_[0] : math16_[1]) (native ? c.first : c.second) += 1;
+    return c;
+  }
   /// Counts memory that plans own (oneDNN scratchpads) in the backend's accounting.
   void account(size_t bytes) {
     plan_bytes_ += bytes;
@@ -117,6 +129,7 @@ class Context {
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans_;
   size_t plan_bytes_ = 0;
   std::vector<std::pair<std::string, std::string>> kernels_;
+  std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, 2> math16_;  // bf16, f16
 };
 
 /// MPX_CPU_REFERENCE=1 (read once): every op runs mpx's plain loops instead of oneDNN,

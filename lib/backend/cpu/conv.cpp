@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
-// 16-bit operands are widened into float32 scratch, the float32 kernel runs,
-// and 16-bit outputs are rounded once from the float32 result.
+// 16-bit operands run on oneDNN's native 16-bit kernels where the CPU has them
+// (conv_native.cpp); otherwise they are widened into float32 scratch, the float32
+// kernel runs, and 16-bit outputs are rounded once from the float32 result.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <omp.h>
 
 #include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv_native.h"
 #include "backend/cpu/conv_wgrad.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
@@ -234,12 +236,14 @@ Activation conv_post_op(Activation act, const Tensor& pre) {
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
-// float32 math in oneDNN; 16-bit tensors go through float32 scratch (f32_in/f32_out)
-// and are rounded once on the way out. The plain loops above are kept for
+// 16-bit operands on oneDNN's native 16-bit kernels where the CPU has them (conv_native.cpp);
+// otherwise float32 math in oneDNN, 16-bit tensors through float32 scratch (f32_in/f32_out)
+// and rounded once on the way out. The plain loops above are kept for
 // MPX_CPU_REFERENCE=1 (reference_loops(), context.h: debugging a suspected oneDNN problem).
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& y, Activation act, const Tensor& pre) {
+  if (conv_native_forward(ctx, p, x, w, bias, y, act, pre)) return;
   const Geo g = geometry(p, x.shape, w.shape);
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
@@ -267,6 +271,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                           const Tensor& dx) {
+  if (conv_native_backward_data(ctx, p, dy, w, dx)) return;
   const Geo g = geometry(p, dx.shape, w.shape);
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
@@ -285,6 +290,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
 
 void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                             const Tensor& dw, const Tensor& db) {
+  if (conv_native_backward_filter(ctx, p, x, dy, dw, db)) return;
   const Geo g = geometry(p, x.shape, dw.shape);
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* dyf = f32_in(ctx, kSlotDY, dy);

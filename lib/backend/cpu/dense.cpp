@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Dense (fully connected) layer: x [N, Cin], w [Cout, Cin] (Keras kernel
-// transposed, cuBLAS-friendly), y [N, Cout]. 16-bit as in conv.cpp.
+// transposed, cuBLAS-friendly), y [N, Cout]. 16-bit as in conv.cpp: oneDNN's native
+// 16-bit kernels where the CPU has them (native16.h), else widened to float32.
 // oneDNN inner product (bias fused; the activation a post-op where dnnl_util.h's
 // exact_post_op says so, else activation_epilogue's pass, which also keeps relu's NaN) with
 // the user layouts nc / oi / nc, one cached plan per shape, run on fixed chunks of rows (see
@@ -12,9 +13,13 @@
 #include <string>
 
 #include "backend/cpu/dnnl_util.h"
+#include "backend/cpu/dense_native.h"
+#include "backend/cpu/dense_rows.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
+
+using namespace dense_detail;
 
 namespace {
 
@@ -64,40 +69,9 @@ void dense_backward_weights_loops(int64_t N, int64_t Ci, int64_t Co, const float
   }
 }
 
-// ---- oneDNN inner product -------------------------------------------------------------
-//
-// oneDNN's gemm-based inner product changes a row's last bits with the batch size (its
-// sgemm picks other kernels and blockings for another M; measured: rows of a batch of 3
-// differ from the same rows of a batch of 5), while the model runs a partial last batch as
-// a row slice and expects the same rows (test_nn "a partial batch uses row slices and gives
-// the same rows"). Forward and backward-data therefore always run the primitive on chunks
-// of kRows rows: full chunks in place, the last partial chunk through padded scratch. With
-// one fixed M, a row's result depends only on that row (checked; no gemm row reads another),
-// so every row comes out the same in any batch. Backward-weights sums over the batch and
-// runs once on all N rows.
+// ---- oneDNN inner product (dense_rows.h: why in chunks of kRows rows) -------------------
 
 enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203 };
-
-// The chunk: the configs' batch sizes (128, 256) are multiples, so a full batch runs
-// without copies. Smaller chunks are slow for a long Cin: 256 rows of 5408 -> 10 forward
-// took 60 ms in chunks of 32, 1.7 ms in chunks of 64, 1.25 ms in chunks of 128, 0.87 ms
-// in one call of 256 (2 threads, AVX2); the plain loop takes ~6 ms.
-constexpr int64_t kRows = 128;
-
-struct DenseDescs {
-  dnnl::memory::desc src, wei, bias, dst;
-};
-
-// x [N, Cin] "nc", w [Cout, Cin] "oi", y [N, Cout] "nc": the user layouts. oneDNN 2.6 runs
-// its gemm-based inner product on them directly (no reorders; checked on AVX2).
-DenseDescs dense_descs(int64_t N, int64_t Ci, int64_t Co) {
-  DenseDescs d;
-  d.src = dnnl::memory::desc({N, Ci}, dt::f32, tag::nc);
-  d.wei = dnnl::memory::desc({Co, Ci}, dt::f32, tag::oi);
-  d.bias = dnnl::memory::desc({Co}, dt::f32, tag::x);
-  d.dst = dnnl::memory::desc({N, Co}, dt::f32, tag::nc);
-  return d;
-}
 
 std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
   return std::string(op) + " for x [" + std::to_string(N) + ", " + std::to_string(Ci) + "], w [" +
@@ -110,34 +84,6 @@ dnnl::inner_product_forward::primitive_desc dense_fwd_pd(Context& ctx, const Den
   // and the backend keeps NaN so that check_numerics sees it (exact_post_op, dnnl_util.h).
   return dnnlc::ip_fwd(ctx.engine(), d.src, d.wei, bias ? &d.bias : nullptr, d.dst, make_attr(fused));
 }
-
-/// A primitive over kRows rows. A partial last chunk goes through the two temporary
-/// scratch slots, [kRows, in_cols] and [kRows, out_cols] (grown once, shared with other ops;
-/// what the rows past the chunk hold does not matter: no gemm row reads another).
-struct RowsPlan : DnnlPlan {
-  int arg_in = 0, arg_out = 0;
-  int64_t in_cols = 0, out_cols = 0;
-
-  /// Runs rows [0, N) of in -> out in chunks of kRows (the other arguments already bound).
-  void run_rows(Context& ctx, const float* in, float* out, int64_t N) {
-    for (int64_t r0 = 0; r0 < N; r0 += kRows) {
-      const int64_t n = std::min(kRows, N - r0);
-      if (n == kRows) {
-        bind(arg_in, in + r0 * in_cols);
-        bind(arg_out, out + r0 * out_cols);
-        run(ctx);
-      } else {
-        float* pad_in = ctx.scratch(kSlotTmp0, static_cast<size_t>(kRows * in_cols));
-        float* pad_out = ctx.scratch(kSlotTmp1, static_cast<size_t>(kRows * out_cols));
-        std::memcpy(pad_in, in + r0 * in_cols, sizeof(float) * static_cast<size_t>(n * in_cols));
-        bind(arg_in, pad_in);
-        bind(arg_out, pad_out);
-        run(ctx);
-        std::memcpy(out + r0 * out_cols, pad_out, sizeof(float) * static_cast<size_t>(n * out_cols));
-      }
-    }
-  }
-};
 
 RowsPlan& dense_fwd_plan(Context& ctx, int64_t Ci, int64_t Co, bool bias, Activation fused) {
   PlanKey k;
@@ -204,6 +150,7 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
 
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
+  if (dense_native_forward(ctx, x, w, bias, y, act, pre)) return;
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
@@ -223,6 +170,7 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
 }
 
 void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  if (dense_native_backward_data(ctx, dy, w, dx)) return;
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
@@ -238,6 +186,7 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
 }
 
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
+  if (dense_native_backward_weights(ctx, x, dy, dw, db)) return;
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* dyf = f32_in(ctx, kSlotDY, dy);

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+// Convolutions with 16-bit operands on oneDNN's native bf16/f16 kernels (native16.h;
+// docs/precision.md, "16-bit arithmetic on the CPU"). Each returns false, having done
+// nothing, where the op takes the widened path instead (float32 operands, the path
+// switched off or not available on this CPU, or oneDNN only has a reference kernel for
+// this shape); conv.cpp then runs its float32 kernel on widened copies.
+#pragma once
+
+#include "backend/cpu/ops.h"
+
+namespace mpx::cpu {
+
+bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                         const Tensor& y, Activation act, const Tensor& pre);
+bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                               const Tensor& dx);
+bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                 const Tensor& dw, const Tensor& db);
+
+}  // namespace mpx::cpu

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+// Which 16-bit math path the CPU backend takes (native16.h; docs/precision.md).
+#include "backend/cpu/native16.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace mpx::cpu {
+
+namespace {
+
+unsigned effective_isa() { return static_cast<unsigned>(dnnl::get_effective_cpu_isa()); }
+
+/// Whether the effective ISA includes every instruction set of `isa` (oneDNN's ISA values
+/// are bit sets, each containing the bits of the sets below it).
+bool isa_has(unsigned isa) { return (effective_isa() & isa) == isa; }
+
+}  // namespace
+
+bool dnnl_has_amx_bf16() { return isa_has(dnnl_cpu_isa_avx512_core_amx); }
+
+namespace {
+
+bool has_bf16() { return isa_has(dnnl_cpu_isa_avx512_core_bf16); }
+
+bool has_amx_f16() {
+#if DNNL_VERSION_MAJOR >= 3
+  return isa_has(dnnl_cpu_isa_avx512_core_amx_fp16);
+#else
+  return false;
+#endif
+}
+
+bool has_f16() {
+#if DNNL_VERSION_MAJOR >= 3
+  return isa_has(dnnl_cpu_isa_avx512_core_fp16);
+#else
+  return false;  // oneDNN 2.x has no f16 training kernels for the CPU
+#endif
+}
+
+enum class Mode { Auto, Native, Widen };
+
+/// MPX_CPU_16BIT: unset or "auto" takes the native kernels where they beat widening (AMX);
+/// "native" wherever oneDNN has them for the CPU; "widen" never. Anything else is exit 2.
+Mode mode() {
+  static const Mode m = [] {
+    const std::string s = env_string("MPX_CPU_16BIT");
+    if (s.empty() || s == "auto") return Mode::Auto;
+    if (s == "native") return Mode::Native;
+    if (s == "widen") return Mode::Widen;
+    throw ConfigError("environment variable MPX_CPU_16BIT='" + s + "': expected auto, native or widen (or unset it)");
+  }();
+  return m;
+}
+
+// The instruction sets oneDNN's native kernels need, and those with which they beat the
+// widened path (measured: docs/precision.md, "16-bit arithmetic on the CPU").
+Path16 decide(DType t) {
+  const bool bf = t == DType::BF16;
+  const char* name = bf ? "bf16" : "f16";
+  const bool kernels = bf ? has_bf16() : has_f16();
+  const bool fast = bf ? dnnl_has_amx_bf16() : has_amx_f16();
+  if (mode() == Mode::Widen) return {false, "widened to float32 (MPX_CPU_16BIT=widen)"};
+  if (!kernels)
+    return {false, fmt::format("widened to float32 (no native {} on this CPU: oneDNN's ISA is {}, {} needs {})", name,
+                               dnnl_isa_name(), name, bf ? "avx512_core_bf16" : "avx512_core_fp16")};
+  if (!fast && mode() == Mode::Auto)
+    return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "
+                               "MPX_CPU_16BIT=native forces them)",
+                               name, bf ? "AMX-BF16" : "AMX-FP16")};
+  const char* level = bf ? (fast ? "avx512_core_amx" : "avx512_core_bf16")
+                         : (fast ? "avx512_core_amx_fp16" : "avx512_core_fp16");
+  return {true, fmt::format("native {} ({})", name, level)};
+}
+
+}  // namespace
+
+const Path16& path16(DType t) {
+  static const Path16 none{false, "float32"};
+  static const Path16 bf = decide(DType::BF16);
+  static const Path16 f16 = decide(DType::F16);
+  if (t == DType::BF16) return bf;
+  if (t == DType::F16) return f16;
+  return none;
+}
+
+std::string dnnl_isa_name() {
+  const unsigned isa = effective_isa();
+  static const std::pair<unsigned, const char*> names[] = {
+      {dnnl_cpu_isa_sse41, "sse41"},
+      {dnnl_cpu_isa_avx, "avx"},
+      {dnnl_cpu_isa_avx2, "avx2"},
+      {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+      {dnnl_cpu_isa_avx512_core, "avx512_core"},
+      {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+      {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+      {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+#if DNNL_VERSION_MAJOR >= 3
+      {dnnl_cpu_isa_avx2_vnni_2, "avx2_vnni_2"},
+      {dnnl_cpu_isa_avx512_core_fp16, "avx512_core_fp16"},
+      {dnnl_cpu_isa_avx512_core_amx_fp16, "avx512_core_amx_fp16"},
+#endif
+  };
+  for (const auto& [v, n] : names)
+    if (v == isa) return n;
+  return fmt::format("isa 0x{:x}", isa);
+}
+
+
+
+dnnl::memory::data_type dnnl_dtype(DType t) {
+  switch (t) {
+    case DType::F16:
+      return dnnl::memory::data_type::f16;
+    case DType::BF16:
+      return dnnl::memory::data_type::bf16;
+    default:
+      return dnnl::memory::data_type::f32;
+  }
+}
+
+bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
+
+}  // namespace mpx::cpu

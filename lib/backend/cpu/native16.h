@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+// The 16-bit math path of the CPU backend's convolutions and dense layers
+// (docs/precision.md, "16-bit arithmetic on the CPU"): oneDNN's native bf16/f16
+// kernels where the CPU has the instructions, else operands widened to float32.
+// Decided once per process from MPX_CPU_16BIT and oneDNN's effective ISA (which
+// honours ONEDNN_MAX_CPU_ISA), never by timing, so a run and its resume on the
+// same machine take the same path.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/dnnl_util.h"
+#include "core/dtype.h"
+
+namespace mpx::cpu {
+
+struct Path16 {
+  bool native = false;  // oneDNN's 16-bit kernels (when one exists for the op and shape)
+  std::string text;     // "native bf16 (avx512_core_amx)" / "widened to float32 (...)"
+};
+
+/// The path of 16-bit dtype t (F16 or BF16) on this CPU; F32 gets native = false.
+const Path16& path16(DType t);
+
+/// oneDNN's name of the effective ISA ("avx512_core_amx", "avx2", ...).
+std::string dnnl_isa_name();
+
+/// Whether oneDNN's AMX-BF16 kernels run here (what makes bf16 faster than float32).
+bool dnnl_has_amx_bf16();
+
+/// The oneDNN data type of t.
+dnnl::memory::data_type dnnl_dtype(DType t);
+
+/// Whether a oneDNN implementation name is one of its reference (plain C++) kernels,
+/// which the native path never takes: that op and shape is widened instead.
+bool is_reference_impl(const std::string& impl);
+
+/// A plan of the native path; not usable where oneDNN has only a reference kernel for the
+/// op and shape, or none (the op is widened instead).
+struct NativePlan : DnnlPlan {
+  bool usable = true;
+};
+
+/// Makes a plan P (a NativePlan, or one with the same `usable` flag) with build(plan), which
+/// returns the primitive descriptor's implementation name, before filling the plan when
+/// that is a reference kernel. Such a kernel, or none, leaves the plan unusable, and the
+/// kernels list says so.
+template <typename P, typename Build>
+P* make_native(Context& ctx, const std::string& what, Build&& build) {
+  auto plan = std::make_unique<P>();
+  plan->what = what;
+  std::string impl;
+  try {
+    impl = build(*plan);
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw Error("oneDNN could not create " + what + ": " + e.what());
+    impl = "none";
+  }
+  if (is_reference_impl(impl) || impl == "none") {
+    plan->usable = false;
+    ctx.note_kernel(what, fmt::format("widened (oneDNN: {} only)", impl));
+  }
+  return plan.release();
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: MIT
+// The CPU backend's 16-bit math paths (docs/precision.md, "16-bit arithmetic on the CPU"):
+// convolutions and dense layers on oneDNN's native bf16/f16 kernels, or widened to float32.
+// Whatever path this process takes (MPX_CPU_16BIT, ONEDNN_MAX_CPU_ISA; CTest runs this file
+// under several), every result is checked against the float64 reference and against the
+// widened result (the float32 op on the same values, rounded once) within a bound derived
+// from the summation length and the rounding of the output, and the backend must say which
+// path ran.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+#include "support/reference.h"
+
+using namespace mpx;
+using ref::Vec;
+
+namespace {
+
+using support::widen;
+using Dev = support::CpuDev;
+
+/// Unit roundoff of a result stored in t.
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::BF16: return std::ldexp(1.0, -8);
+    case DType::F16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+/// The error bound of a sum of n products of 16-bit values (exact in float32) accumulated in
+/// float32 in any order and rounded once to t: |got - ref| <= u*|ref| + (1+u)*gamma_n*S, with
+/// gamma_n = n*2^-24 / (1 - n*2^-24) and S the same sum over absolute values (`mag`), plus
+/// the float16 subnormal spacing for float16 results.
+struct Bound {
+  const Vec& ref;
+  const Vec& mag;
+  int64_t n;
+  DType out;
+  double at(size_t i) const {
+    const double e = std::ldexp(1.0, -24) * static_cast<double>(n);
+    const double u = unit_roundoff(out);
+    return u * std::fabs(ref[i]) + (1 + u) * e / (1 - e) * mag[i] + (out == DType::F16 ? std::ldexp(1.0, -24) : 1e-30);
+  }
+};
+
+/// Every element of got within the bound of the reference; and within twice the bound of
+/// the widened path's result (both are within the bound of the reference).
+void check_bound(const std::string& what, const std::vector<float>& got, const std::vector<float>& widened,
+                 const Bound& b) {
+  REQUIRE(got.size() == b.ref.size());
+  REQUIRE(widened.size() == b.ref.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = b.at(i);
+    if (!(std::fabs(got[i] - b.ref[i]) <= tol))
+      FAIL(what << ": element " << i << " is " << got[i] << ", float64 reference " << b.ref[i] << ", bound " << tol);
+    if (!(std::fabs(static_cast<double>(got[i]) - widened[i]) <= 2 * tol))
+      FAIL(what << ": element " << i << " is " << got[i] << ", widened path " << widened[i] << ", bound " << 2 * tol);
+  }
+}
+
+Vec absv(const std::vector<float>& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(static_cast<double>(v[i]));
+  return r;
+}
+
+std::vector<float> rounded(const std::vector<float>& v, DType t) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = round_to(t, v[i]);
+  return r;
+}
+
+/// The math text the backend reports for t ("native ..." or "widened to float32 (...)").
+std::string math_text(Backend& be, DType t) { return t == DType::BF16 ? be.info().math_bf16 : be.info().math_f16; }
+
+/// After ops of dtype t: the backend reports them, native where its path is native (some
+/// ops may be widened where oneDNN has no native kernel), none native where it widens.
+void check_reported(Backend& be, DType t) {
+  const std::string text = math_text(be, t);
+  const bool native = text.rfind("native", 0) == 0;
+  INFO("path of " << dtype_name(t) << ": " << text);
+  bool found = false;
+  for (const Math16Report& r : be.math16()) {
+    if (r.dtype != dtype_name(t)) continue;
+    found = true;
+    CHECK(r.native_ops + r.widened_ops > 0);
+    if (native) {
+      CHECK(r.native_ops > 0);
+      CHECK(r.detail.rfind(text, 0) == 0);
+    } else {
+      CHECK(r.native_ops == 0);
+      CHECK(r.path == "widened");
+      CHECK(r.detail == text);
+    }
+  }
+  CHECK(found);
+  if (native) {  // the kernels list names the native kernels (dtype in the op's name)
+    bool named = false;
+    for (const KernelChoice& k : be.kernels())
+      named = named || (k.op.find(dtype_name(t)) != std::string::npos && k.impl.rfind("widened", 0) != 0);
+    CHECK(named);
+  }
+}
+
+struct ConvCase {
+  const char* name;
+  int64_t N, H, W, C, K;
+  int R, S, stride, pad;
+  bool bias;
+  Activation act;
+};
+
+}  // namespace
+
+TEST_CASE("native 16-bit conv2d forward / backward data / backward filter: within the summation bound of the float64 "
+          "reference and of the widened path",
+          "[backend][cpu][native16]") {
+  const DType t = GENERATE(DType::BF16, DType::F16);
+  const ConvCase cases[] = {
+      {"net layer 3x3 same, C=64 K=32 + bias + relu", 2, 8, 8, 64, 32, 3, 3, 1, 1, true, Activation::Relu},
+      {"first layer C=3 + bias", 3, 9, 7, 3, 16, 3, 3, 1, 1, true, Activation::None},
+      {"1x1 stride 2, C=32 K=48", 2, 9, 9, 32, 48, 1, 1, 2, 0, false, Activation::None},
+      {"odd 3x3, C=5 K=6, gelu (epilogue)", 2, 5, 6, 5, 6, 3, 3, 1, 1, true, Activation(ActKind::Gelu)},
+  };
+  for (const ConvCase& cc : cases) {
+    DYNAMIC_SECTION(cc.name << " " << dtype_name(t)) {
+      Dev d;
+      Rng rng(31);
+      Conv2dParams p;
+      p.R = cc.R, p.S = cc.S, p.stride_h = p.stride_w = cc.stride;
+      p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = cc.pad;
+      const int64_t P = p.out_h(static_cast<int>(cc.H)), Q = p.out_w(static_cast<int>(cc.W));
+      const Shape xs{cc.N, cc.H, cc.W, cc.C}, ws{cc.K, cc.R, cc.S, cc.C}, ys{cc.N, P, Q, cc.K};
+      std::vector<float> xv, wv, bv, dyv;
+      Tensor x = d.rand(rng, t, xs, &xv), w = d.rand(rng, t, ws, &wv), dy = d.rand(rng, t, ys, &dyv);
+      Tensor b = cc.bias ? d.rand(rng, t, Shape{cc.K}, &bv) : Tensor();
+      // The same values in float32: the widened path is the float32 op on them, rounded once.
+      Tensor x32 = d.make(DType::F32, xs), w32 = d.make(DType::F32, ws), dy32 = d.make(DType::F32, ys);
+      Tensor b32 = cc.bias ? d.make(DType::F32, Shape{cc.K}) : Tensor();
+      d.put(x32, xv), d.put(w32, wv), d.put(dy32, dyv);
+      if (cc.bias) d.put(b32, bv);
+      const ref::ConvDims rd = ref::conv_dims(p, cc.N, cc.H, cc.W, cc.C, cc.K);
+      const Vec bw = widen(bv), babs = absv(bv);
+
+      Tensor y = d.make(t, ys), y32 = d.make(DType::F32, ys);
+      d.be->conv2d_forward(p, x, w, b, y, cc.act);
+      d.be->conv2d_forward(p, x32, w32, b32, y32, cc.act);
+      // gelu is not 1-Lipschitz beyond ~1.13; its reference is taken on the pre-activation bound.
+      const Vec fref = ref::conv2d_forward(p, rd, widen(xv), widen(wv), cc.bias ? &bw : nullptr, cc.act);
+      Vec fmag = ref::conv2d_forward(p, rd, absv(xv), absv(wv), cc.bias ? &babs : nullptr, Activation::None);
+      if (cc.act.kind == ActKind::Gelu)
+        for (double& m : fmag) m *= 1.13;
+      check_bound("conv2d_forward", d.get(y), rounded(d.get(y32), t), {fref, fmag, cc.R * cc.S * cc.C + 1, t});
+
+      Tensor dx = d.make(t, xs), dx32 = d.make(DType::F32, xs);
+      d.be->conv2d_backward_data(p, dy, w, dx);
+      d.be->conv2d_backward_data(p, dy32, w32, dx32);
+      check_bound("conv2d_backward_data", d.get(dx), rounded(d.get(dx32), t),
+                  {ref::conv2d_backward_data(p, rd, widen(dyv), widen(wv)),
+                   ref::conv2d_backward_data(p, rd, absv(dyv), absv(wv)), cc.K * cc.R * cc.S, t});
+
+      Vec rdb, mdb;
+      const Vec rdw = ref::conv2d_backward_filter(p, rd, widen(xv), widen(dyv), &rdb);
+      const Vec mdw = ref::conv2d_backward_filter(p, rd, absv(xv), absv(dyv), &mdb);
+      Tensor dw32 = d.make(DType::F32, ws), db32 = d.make(DType::F32, Shape{cc.K});
+      d.be->conv2d_backward_filter(p, x32, dy32, dw32, cc.bias ? db32 : Tensor());
+      // dw in t (the model's 16-bit weight gradient, rounded once) and in float32.
+      for (DType gt : {t, DType::F32}) {
+        Tensor dw = d.make(gt, ws), db = d.make(gt, Shape{cc.K});
+        d.be->conv2d_backward_filter(p, x, dy, dw, cc.bias ? db : Tensor());
+        const std::string g = std::string(" into ") + dtype_name(gt);
+        check_bound("conv2d_backward_filter dw" + g, d.get(dw), rounded(d.get(dw32), gt), {rdw, mdw, cc.N * P * Q, gt});
+        if (cc.bias)
+          check_bound("conv2d_backward_filter db" + g, d.get(db), rounded(d.get(db32), gt), {rdb, mdb, cc.N * P * Q, gt});
+      }
+      check_reported(*d.be, t);
+    }
+  }
+}
+
+TEST_CASE("native 16-bit dense forward / backward: within the summation bound, a partial chunk of rows included",
+          "[backend][cpu][native16]") {
+  const DType t = GENERATE(DType::BF16, DType::F16);
+  struct Case {
+    int64_t N, Ci, Co;
+    Activation act;
+  };
+  for (const Case& c : {Case{200, 100, 48, Activation::Relu}, Case{7, 37, 11, Activation::None},
+                        Case{256, 128, 256, Activation(ActKind::LeakyRelu, 0.1f)}}) {
+    DYNAMIC_SECTION("N=" << c.N << " Ci=" << c.Ci << " Co=" << c.Co << " " << dtype_name(t)) {
+      Dev d;
+      Rng rng(41);
+      std::vector<float> xv, wv, bv, dyv;
+      Tensor x = d.rand(rng, t, Shape{c.N, c.Ci}, &xv), w = d.rand(rng, t, Shape{c.Co, c.Ci}, &wv);
+      Tensor b = d.rand(rng, t, Shape{c.Co}, &bv), dy = d.rand(rng, t, Shape{c.N, c.Co}, &dyv);
+      Tensor x32 = d.make(DType::F32, x.shape), w32 = d.make(DType::F32, w.shape);
+      Tensor b32 = d.make(DType::F32, b.shape), dy32 = d.make(DType::F32, dy.shape);
+      d.put(x32, xv), d.put(w32, wv), d.put(b32, bv), d.put(dy32, dyv);
+      const Vec bw = widen(bv), babs = absv(bv);
+
+      Tensor y = d.make(t, Shape{c.N, c.Co}), y32 = d.make(DType::F32, Shape{c.N, c.Co});
+      d.be->dense_forward(x, w, b, y, c.act);
+      d.be->dense_forward(x32, w32, b32, y32, c.act);
+      check_bound("dense_forward", d.get(y), rounded(d.get(y32), t),
+                  {ref::dense_forward(c.N, c.Ci, c.Co, widen(xv), widen(wv), &bw, c.act),
+                   ref::dense_forward(c.N, c.Ci, c.Co, absv(xv), absv(wv), &babs, Activation::None), c.Ci + 1, t});
+
+      Tensor dx = d.make(t, x.shape), dx32 = d.make(DType::F32, x.shape);
+      d.be->dense_backward_data(dy, w, dx);
+      d.be->dense_backward_data(dy32, w32, dx32);
+      check_bound("dense_backward_data", d.get(dx), rounded(d.get(dx32), t),
+                  {ref::dense_backward_data(c.N, c.Ci, c.Co, widen(dyv), widen(wv)),
+                   ref::dense_backward_data(c.N, c.Ci, c.Co, absv(dyv), absv(wv)), c.Co, t});
+
+      Vec rdb, mdb;
+      const Vec rdw = ref::dense_backward_weights(c.N, c.Ci, c.Co, widen(xv), widen(dyv), &rdb);
+      const Vec mdw = ref::dense_backward_weights(c.N, c.Ci, c.Co, absv(xv), absv(dyv), &mdb);
+      Tensor dw32 = d.make(DType::F32, w.shape), db32 = d.make(DType::F32, b.shape);
+      d.be->dense_backward_weights(x32, dy32, dw32, db32);
+      for (DType gt : {t, DType::F32}) {
+        Tensor dw = d.make(gt, w.shape), db = d.make(gt, b.shape);
+        d.be->dense_backward_weights(x, dy, dw, db);
+        const std::string g = std::string(" into ") + dtype_name(gt);
+        check_bound("dense_backward_weights dw" + g, d.get(dw), rounded(d.get(dw32), gt), {rdw, mdw, c.N, gt});
+        check_bound("dense_backward_weights db" + g, d.get(db), rounded(d.get(db32), gt), {rdb, mdb, c.N, gt});
+      }
+      check_reported(*d.be, t);
+    }
+  }
+}
+
+TEST_CASE("native 16-bit dense: a row's result does not depend on the batch size", "[backend][cpu][native16]") {
+  const DType t = GENERATE(DType::BF16, DType::F16);
+  Dev d;
+  Rng rng(43);
+  const int64_t N = 300, Ci = 64, Co = 40;
+  Tensor x = d.rand(rng, t, Shape{N, Ci}, nullptr), w = d.rand(rng, t, Shape{Co, Ci}, nullptr);
+  Tensor y = d.make(t, Shape{N, Co}), ys = d.make(t, Shape{N, Co});
+  d.be->dense_forward(x, w, Tensor(), y, Activation::None);
+  for (int64_t r0 = 0; r0 < N; r0 += 70) {  // the model's partial batches are row slices
+    const int64_t n = std::min<int64_t>(70, N - r0);
+    d.be->dense_forward(x.slice_rows(r0, n), w, Tensor(), ys.slice_rows(r0, n), Activation::None);
+  }
+  support::check_exact("dense rows in slices of 70 vs one batch of 300", d.get(ys), d.get(y));
+}
+
+TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the same in every backend",
+          "[backend][cpu][native16]") {
+  const char* mode_env = std::getenv("MPX_CPU_16BIT");
+  const char* isa_env = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string mode = mode_env ? mode_env : "", isa = isa_env ? isa_env : "";
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = line + " ";
+      break;
+    }
+  const bool amx = flags.find(" amx_bf16 ") != std::string::npos;
+  const bool avx512_bf16 = flags.find(" avx512_bf16 ") != std::string::npos;
+  Dev a, b;
+  const DeviceInfo info = a.be->info();
+  INFO("bfloat16: " << info.math_bf16 << "; float16: " << info.math_f16);
+  CHECK(info.math_bf16 == b.be->info().math_bf16);  // decided once per process, never by timing
+  CHECK(info.math_f16 == b.be->info().math_f16);
+  if (mode == "widen") {
+    CHECK(info.math_bf16 == "widened to float32 (MPX_CPU_16BIT=widen)");
+    CHECK(info.math_f16 == "widened to float32 (MPX_CPU_16BIT=widen)");
+  } else if (isa == "AVX2" || isa == "avx2" || !avx512_bf16) {
+    CHECK(info.math_bf16.rfind("widened to float32 (no native bf16 on this CPU", 0) == 0);
+    CHECK(info.math_f16.rfind("widened to float32 (no native f16 on this CPU", 0) == 0);
+  } else if (isa.empty() && amx) {
+    CHECK(info.math_bf16 == "native bf16 (avx512_core_amx)");
+    CHECK(info.native_bf16);
+  }
+  if (mode.empty() || mode == "auto") {
+    // float16 without AMX-FP16 is widened: oneDNN's AVX512-FP16 kernels measured slower.
+    if (flags.find(" amx_fp16 ") == std::string::npos) CHECK(info.math_f16.rfind("widened", 0) == 0);
+  }
+  CHECK_FALSE(info.native_f16);
+}
