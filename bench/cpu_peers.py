@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers_probe as probe  # noqa: E402
@@ -40,24 +39,6 @@ PEERS = {"tf-keras": ("keras", "keras_peer.py", "bench/keras_setup.sh"),
 # (net, policy) -> (what mpx is compared with, the minimum ratio)
 TARGETS = {("cifar10", "float32"): ("best peer", 1.5), ("mnist_smoke", "float32"): ("best peer", 2.0),
            ("cifar10", "mixed_bfloat16"): ("mpx float32", 1.0)}
-
-
-def last_json(stdout):
-    lines = [ln for ln in stdout.splitlines() if ln.strip().startswith("{")]
-    return json.loads(lines[-1]) if lines else None
-
-
-def run_json(cmd, env, timeout):
-    """Runs cmd; returns (its last JSON line or None, an error text or None, stdout + stderr)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout} s", ""
-    out = p.stdout + p.stderr
-    if p.returncode != 0:
-        return None, f"exit {p.returncode}: {out.strip()[-300:]}", out
-    r = last_json(p.stdout)
-    return (r, None, out) if r is not None else (None, "no JSON on stdout", out)
 
 
 class Bench:
@@ -101,16 +82,21 @@ class Bench:
         return subprocess.run([py, "-c", f"import {mod}"], capture_output=True, env=self.env).returncode == 0
 
     def gemm(self):
-        """Float32 GEMM GFLOP/s of oneDNN (bench/gemm_ceiling), numpy and torch, on the same threads."""
-        out = {}
-        r, err, _ = run_json([self.a.gemm_ceiling, str(self.a.gemm_n)], self.env, 300)
-        out[r["gemm"] if r else "oneDNN sgemm"] = r["gflops_best"] if r else err
-        for peer, lib in (("tf-keras", "numpy"), ("pytorch", "torch")):
+        """GEMM GFLOP/s on the same threads: oneDNN's sgemm (bench/gemm_ceiling), numpy's and
+        torch's float32 matmul, torch's bfloat16 matmul. A list of {gemm, dtype, gflops | error}."""
+        out = []
+
+        def add(cmd, name, dtype):
+            r, err, _ = probe.run_json(cmd, self.env, 300, ROOT)
+            out.append({"gemm": r["gemm"] if r else name, "dtype": dtype, "gflops": r["gflops_best"] if r else None,
+                        "error": err})
+
+        add([self.a.gemm_ceiling, str(self.a.gemm_n)], "oneDNN sgemm", "float32")
+        for peer, lib, dtype in (("tf-keras", "numpy", "float32"), ("pytorch", "torch", "float32"),
+                                 ("pytorch", "torch", "bfloat16")):
             if peer in self.peers:
-                cmd = [self.python[peer], os.path.join(ROOT, "bench", "peers_gemm.py"), "--lib", lib, "--n",
-                       str(self.a.gemm_n), "--threads", str(self.a.threads)]
-                r, err, _ = run_json(cmd, self.env, 300)
-                out[f"{r['gemm']} ({peer} venv)" if r else f"{lib} ({peer} venv)"] = r["gflops_best"] if r else err
+                add([self.python[peer], os.path.join(ROOT, "bench", "peers_gemm.py"), "--lib", lib, "--dtype", dtype,
+                     "--n", str(self.a.gemm_n), "--threads", str(self.a.threads)], f"{lib} {dtype} matmul", dtype)
         return out
 
     def check_params(self, net, available):
@@ -126,25 +112,29 @@ class Bench:
                 if p.returncode != 0:
                     lines.append(f"  mpx export --layout {layout} failed: {p.stderr.strip()[-200:]}")
         for peer in available:
-            r, err, _ = run_json(self.peer_cmd(peer, net, "float32", 1, 1), self.env, 300)
+            r, err, _ = probe.run_json(self.peer_cmd(peer, net, "float32", 1, 1), self.env, 300, ROOT)
             mine = shapes["keras" if peer == "tf-keras" else "pytorch"]
             if r is None or mine is None:
                 lines.append(f"  {peer}: not checked ({err or 'no mpx export'})")
                 continue
-            count = sum(eval_prod(s) for s in mine.values())
+            count = sum(numel(s) for s in mine.values())
             diff = probe.compare_shapes(mine, r["param_shapes"])
             lines.append(f"  {peer}: {r['param_count']} parameters, mpx {count}: "
                          + ("every layer's tensors match by name and shape" if not diff else f"DIFFER: {diff}"))
         return lines
 
     def onednn_probe(self, peer, net, policy):
+        """One step of the peer under ONEDNN_VERBOSE=1: its oneDNN version, ISA and kernels."""
         env = dict(self.env, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
-        p = subprocess.run(self.peer_cmd(peer, net, policy, 1, 1), capture_output=True, text=True, env=env,
-                           cwd=ROOT, timeout=300)
+        try:
+            p = subprocess.run(self.peer_cmd(peer, net, policy, 1, 1), capture_output=True, text=True, env=env,
+                               cwd=ROOT, timeout=self.a.timeout)
+        except subprocess.TimeoutExpired:
+            return None
         return probe.onednn_summary(p.stdout + p.stderr)
 
 
-def eval_prod(shape):
+def numel(shape):
     n = 1
     for d in shape:
         n *= d
@@ -165,7 +155,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS, TF intra-op, torch.set_num_threads")
     ap.add_argument("--nets", default=",".join(NETS))
-    ap.add_argument("--policies", default="float32,mixed_bfloat16,mixed_float16")
+    ap.add_argument("--policies", default="float32,mixed_bfloat16",
+                    help="add mixed_float16 with care: both peers take minutes per CIFAR step on the CPU")
     ap.add_argument("--data", default=os.environ.get("MPX_DATA_MIRROR", ""),
                     help="folder with mnist/ and cifar10-subset/ (default $MPX_DATA_MIRROR; else random inputs)")
     ap.add_argument("--mpx", default=os.path.join(ROOT, "build", "app", "mpx"))

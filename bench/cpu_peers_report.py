@@ -20,19 +20,18 @@ def uptime():
 def run_rounds(b, a, nets, policies, tools, net_table):
     """Every (net, policy, tool) once per round, the tools' order rotated each round;
     the GEMM ceiling measured at the start of every round."""
-    from cpu_peers import run_json
     runs, errors, gemm = {}, {}, []
     for r in range(a.rounds):
         g = b.gemm()
         gemm.append(g)
-        print(f"round {r + 1}: GEMM " + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else f"{k} {v}"
-                                                 for k, v in g.items()) + " GFLOP/s", file=sys.stderr)
+        print(f"round {r + 1}: GEMM " + ", ".join(f"{x['gemm']} {x['gflops']:.0f}" if x["gflops"] else
+                                                 f"{x['gemm']} {x['error']}" for x in g) + " GFLOP/s", file=sys.stderr)
         for net in nets:
             steps, warmup = net_table[net][3 if a.quick else 2]
             for policy in policies:
                 k = r % len(tools)
                 for tool in tools[k:] + tools[:k]:
-                    res, err, _ = run_json(b.cmd(tool, net, policy, steps, warmup), b.env, a.timeout)
+                    res, err, _ = probe.run_json(b.cmd(tool, net, policy, steps, warmup), b.env, a.timeout, b.root)
                     key = (net, policy, tool)
                     if res is None:
                         errors[key] = err
@@ -45,13 +44,13 @@ def run_rounds(b, a, nets, policies, tools, net_table):
 
 
 def ceiling(gemm):
-    """The best float32 GEMM GFLOP/s of every source over the rounds, and the overall best."""
-    per = {}
+    """{gemm name: [best GFLOP/s of each round]} and {dtype: the best of all} over the rounds."""
+    per, best = {}, {}
     for g in gemm:
-        for k, v in g.items():
-            if isinstance(v, float):
-                per.setdefault(k, []).append(v)
-    best = max((max(v) for v in per.values()), default=None)
+        for x in g:
+            if x["gflops"]:
+                per.setdefault(x["gemm"], []).append(x["gflops"])
+                best[x["dtype"]] = max(best.get(x["dtype"], 0.0), x["gflops"])
     return per, best
 
 
@@ -87,6 +86,10 @@ def print_speed(runs, errors, nets, policies, tools, targets, fmt_rate):
                     met = f"{'yes' if got >= need else 'no'} ({got:.2f}x)"
                     verdicts.append((net, policy, target, got >= need, got))
             print(f"| {net} | {policy} | {batch} | " + " | ".join(cells) + f" | {ratio} | {target} | {met} |")
+    for t in peers:
+        v = next((x["version"] for k, rs in runs.items() if k[2] == t for x in rs), None)
+        if v:
+            print(f"- {t}: {v}")
     for key, err in sorted(errors.items()):
         print(f"- {' '.join(key)}: {err}")
     return verdicts
@@ -94,36 +97,41 @@ def print_speed(runs, errors, nets, policies, tools, targets, fmt_rate):
 
 def print_conv(runs, nets, policies, tools, config_of, gemm):
     per, best = ceiling(gemm)
-    print("\n## Float32 GEMM ceiling, measured between the rounds (GFLOP/s, best of each round)\n")
+    print("\n## GEMM ceiling, measured at the start of every round (GFLOP/s, best of each round)\n")
     for k, v in per.items():
         print(f"- {k}: " + ", ".join(f"{x:.0f}" for x in v))
-    if best is None:
-        print("- no GEMM figure: the ceiling is unknown")
+    for g in gemm[-1:]:
+        for x in g:
+            if x["error"]:
+                print(f"- {x['gemm']}: {x['error']}")
+    if "float32" not in best:
+        print("- no float32 GEMM figure: the ceiling is unknown")
         return
-    print(f"- ceiling: {best:.0f} GFLOP/s")
+    print(f"- ceiling: float32 {best['float32']:.0f} GFLOP/s"
+          + (f", bfloat16 {best['bfloat16']:.0f} GFLOP/s" if "bfloat16" in best else ""))
     print("\n## Convolutions: GFLOP/s achieved over the whole step (conv FLOPs per image x images/s), "
           "% of the ceiling\n")
-    print("| net | policy | conv MFLOP/image (fwd + bwd) | " + " | ".join(tools) + " |")
-    print("|" + " --- |" * (len(tools) + 3))
+    print("| net | policy | conv MFLOP/image (fwd + bwd) | ceiling | " + " | ".join(tools) + " |")
+    print("|" + " --- |" * (len(tools) + 4))
     for net in nets:
         fl = probe.conv_flops(config_of(net))
         if fl is None:
             continue
         per_img = fl[0] + fl[1]
         for policy in policies:
+            dtype = "bfloat16" if policy == "mixed_bfloat16" and "bfloat16" in best else "float32"
             cells = []
             for t in tools:
                 r = rates(runs, (net, policy, t))
-                if not r:
-                    cells.append("-")
-                    continue
-                g = per_img * statistics.median(r) / 1e9
-                cells.append(f"{g:.1f} ({100 * g / best:.0f}%)")
-            print(f"| {net} | {policy} | {fl[0] / 1e6:.1f} + {fl[1] / 1e6:.1f} | " + " | ".join(cells) + " |")
+                g = per_img * statistics.median(r) / 1e9 if r else None
+                cells.append(f"{g:.1f} ({100 * g / best[dtype]:.0f}%)" if g else "-")
+            print(f"| {net} | {policy} | {fl[0] / 1e6:.1f} + {fl[1] / 1e6:.1f} | {dtype} {best[dtype]:.0f} | "
+                  + " | ".join(cells) + " |")
     print("\nFLOPs: 2 x multiply-adds of every convolution forward, its weight gradient, and its data "
           "gradient except for the first layer (its input needs none). The step's other work "
           "(dense, pooling, optimizer, casts) counts as time but not as FLOPs, so these are lower "
-          "bounds of the convolution kernels' own rate. The 16-bit rows are against the float32 ceiling.")
+          "bounds of the convolution kernels' own rate. mixed_bfloat16 rows are against the bfloat16 "
+          "GEMM where it was measured (PyTorch's), mixed_float16 rows against the float32 one.")
 
 
 def print_paths(runs, probes, nets, policies, tools):
@@ -133,7 +141,7 @@ def print_paths(runs, probes, nets, policies, tools):
         for policy in policies:
             r = runs.get((net, policy, "mpx"))
             if r:
-                ks = sorted({f"{k['impl']} {k['op']}" for k in r[0].get("kernels", [])})
+                ks = sorted({f"{k['op'].split(' for ')[0]} {k['impl']}" for k in r[0].get("kernels", [])})
                 print(f"- mpx {net} {policy}: {r[0].get('library', '?')}; kernels: " + "; ".join(ks))
             for t in tools:
                 if t == "mpx":

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 """What bench/cpu_peers.py reads besides the timings: the CPU, the convolution
 FLOPs of a config, the layer shapes of `mpx export`, the oneDNN verbose lines
-of a peer. Standard library and pyyaml only (docs/cpu-performance.md, "Against the peers")."""
+of a peer; how it runs each tool. Standard library and pyyaml only (docs/cpu-performance.md, "Against the peers")."""
 import json
 import re
 import struct
+import subprocess
 
 import yaml
 
@@ -115,3 +116,21 @@ def onednn_summary(text):
     return {"version": version.group(1).strip() if version else None,
             "isa": isa.group(1).strip() if isa else None,
             "kernels": sorted(impls)}
+
+
+def last_json(stdout):
+    lines = [ln for ln in stdout.splitlines() if ln.strip().startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def run_json(cmd, env, timeout, cwd=None):
+    """Runs cmd; returns (its last JSON line or None, an error text or None, stdout + stderr)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s", ""
+    out = p.stdout + p.stderr
+    if p.returncode != 0:
+        return None, f"exit {p.returncode}: {out.strip()[-300:]}", out
+    r = last_json(p.stdout)
+    return (r, None, out) if r is not None else (None, "no JSON on stdout", out)
