@@ -19,9 +19,7 @@ A benchmark, run by hand; never part of the tests. docs/cpu-performance.md,
 "Against the peers", says what each figure means.
 """
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +32,8 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "mpx-peers")
 # net -> (config, data sub-folder, (steps, warmup), (quick steps, quick warmup))
 NETS = {"mnist_smoke": ("configs/mnist_smoke.yaml", "mnist", (100, 10), (10, 2)),
         "cifar10": ("configs/cifar10_fp32.yaml", "cifar10-subset", (15, 3), (3, 1))}
-PEERS = {"tf-keras": ("keras", "keras_peer.py", "bench/keras_setup.sh"),
-         "pytorch": ("torch", "torch_peer.py", "bench/torch_setup.sh")}
+# peer -> (its script in bench/, the command that makes its venv)
+PEERS = {"tf-keras": ("keras_peer.py", "bench/keras_setup.sh"), "pytorch": ("torch_peer.py", "bench/torch_setup.sh")}
 # (net, policy) -> (what mpx is compared with, the minimum ratio)
 TARGETS = {("cifar10", "float32"): ("best peer", 1.5), ("mnist_smoke", "float32"): ("best peer", 2.0),
            ("cifar10", "mixed_bfloat16"): ("mpx float32", 1.0)}
@@ -65,7 +63,7 @@ class Bench:
         return cmd
 
     def peer_cmd(self, peer, net, policy, steps, warmup):
-        return [self.python[peer], os.path.join(ROOT, "bench", PEERS[peer][1]), "--config", NETS[net][0],
+        return [self.python[peer], os.path.join(ROOT, "bench", PEERS[peer][0]), "--config", NETS[net][0],
                 "--policy", policy, "--steps", str(steps), "--warmup", str(warmup), "--threads",
                 str(self.a.threads), "--budget-s", str(self.a.budget_s), "--json"]
 
@@ -141,13 +139,6 @@ def numel(shape):
     return n
 
 
-def fmt_rate(values):
-    if not values:
-        return "-"
-    med = statistics.median(values)
-    return f"{med:,.0f}" + (f" ({min(values):,.0f}-{max(values):,.0f})" if len(values) > 1 else "")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  epilog="docs/cpu-performance.md, 'Against the peers'")
@@ -175,11 +166,14 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.rounds = 1
+    for k in ("mpx", "gemm_ceiling", "data", "keras_python", "torch_python", "json"):
+        if getattr(a, k):
+            setattr(a, k, os.path.abspath(getattr(a, k)))  # the tools run in the repository root
     for exe in (a.mpx, a.gemm_ceiling):
         if not os.access(exe, os.X_OK):
             sys.exit(f"{exe}: not built (scripts/build.sh builds mpx and build/bench/gemm_ceiling)")
     from cpu_peers_report import run_all
-    return run_all(Bench(a), a, NETS, PEERS, TARGETS, fmt_rate)
+    return run_all(Bench(a), a, NETS, PEERS, TARGETS)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,18 @@ def ceiling(gemm):
     return per, best
 
 
+def fmt_rate(values):
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    return f"{med:,.0f}" + (f" ({min(values):,.0f}-{max(values):,.0f})" if len(values) > 1 else "")
+
+
 def rates(runs, key):
     return [r["images_per_sec"] for r in runs.get(key, [])]
 
 
-def print_speed(runs, errors, nets, policies, tools, targets, fmt_rate):
+def print_speed(runs, errors, nets, policies, tools, targets):
     peers = [t for t in tools if t != "mpx"]
     print("\n## images/s: median of the rounds (min-max)\n")
     print("| net | policy | batch | " + " | ".join(tools) + " | mpx / best peer | target | met |")
@@ -157,7 +164,7 @@ def print_paths(runs, probes, nets, policies, tools):
                           f"ISA {p['isa'] or '?'}{extra}; oneDNN kernels: {ks}")
 
 
-def run_all(b, a, net_table, peers_table, targets, fmt_rate):
+def run_all(b, a, net_table, peers_table, targets):
     nets, policies = a.nets.split(","), a.policies.split(",")
     for n in nets:
         if n not in net_table:
@@ -170,7 +177,7 @@ def run_all(b, a, net_table, peers_table, targets, fmt_rate):
         f"{n} {net_table[n][3 if a.quick else 2][0]} steps after {net_table[n][3 if a.quick else 2][1]} warm-up"
         for n in nets))
     b.peers = []
-    for peer, (venv, _, setup) in peers_table.items():
+    for peer, (_, setup) in peers_table.items():
         if b.peer_available(peer):
             b.peers.append(peer)
         else:
@@ -188,7 +195,7 @@ def run_all(b, a, net_table, peers_table, targets, fmt_rate):
             for policy in policies:
                 for peer in b.peers:
                     probes[(net, policy, peer)] = b.onednn_probe(peer, net, policy)
-    verdicts = print_speed(runs, errors, nets, policies, tools, targets, fmt_rate)
+    verdicts = print_speed(runs, errors, nets, policies, tools, targets)
     print_conv(runs, nets, policies, tools, lambda n: os.path.join(b.root, net_table[n][0]), gemm)
     print_paths(runs, probes, nets, policies, tools)
     end = uptime()
