@@ -9,7 +9,8 @@
 # always reachable, so the default is plain PyPI. Set MPX_TORCH_INDEX to a
 # CPU-only index URL to get the small wheel where that index is reachable.
 # MPX_TORCH_SYSTEM=1 instead makes a venv over the system's packages (Debian:
-# python3-torch, an older release) for machines without PyPI.
+# python3-torch, an older release; with PYTHON=/usr/bin/python3 where another
+# python3 comes first on PATH) for machines without PyPI.
 # Usage: bench/torch_setup.sh   (MPX_PEER_VENV overrides the folder)
 set -eu
 VENV="${MPX_PEER_VENV:-$HOME/.cache/mpx-peers/torch}"
@@ -30,5 +31,8 @@ if [ "${MPX_TORCH_SYSTEM:-0}" != 1 ]; then
   fi
   "$VENV/bin/pip" install -q numpy pyyaml
 fi
-"$VENV/bin/python" -c 'import torch; print("torch", torch.__version__, "mkldnn", torch.backends.mkldnn.is_available(), "threads", torch.get_num_threads())'
+if ! "$VENV/bin/python" -c 'import torch, numpy, yaml; print("torch", torch.__version__, "mkldnn", torch.backends.mkldnn.is_available())'; then
+  echo "torch_setup.sh: $VENV cannot import torch, numpy and yaml (MPX_TORCH_SYSTEM=1 needs python3-torch, python3-numpy and python3-yaml)" >&2
+  exit 1
+fi
 echo "run the peer with: $VENV/bin/python bench/torch_peer.py --help"
