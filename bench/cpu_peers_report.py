@@ -9,6 +9,8 @@ import time
 
 import peers_probe as probe
 
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
 
 def uptime():
     try:
@@ -164,30 +166,38 @@ def print_paths(runs, probes, nets, policies, tools):
                           f"ISA {p['isa'] or '?'}{extra}; oneDNN kernels: {ks}")
 
 
-def run_all(b, a, net_table, peers_table, targets):
-    nets, policies = a.nets.split(","), a.policies.split(",")
-    for n in nets:
-        if n not in net_table:
-            sys.exit(f"--nets: {n} is not one of {', '.join(net_table)}")
+def print_header(b, a, nets, net_table, peers_table):
+    """The load, the settings, the peers found, and each peer's net checked against mpx's."""
     start = uptime()
     print(f"# mpx vs peers on the CPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     print(f"- before: {start}")
+    steps = [net_table[n][3 if a.quick else 2] for n in nets]
     print(f"- threads {a.threads}, OMP_WAIT_POLICY {b.env.get('OMP_WAIT_POLICY', 'unset')}, rounds {a.rounds}, "
-          + ", ".join(
-        f"{n} {net_table[n][3 if a.quick else 2][0]} steps after {net_table[n][3 if a.quick else 2][1]} warm-up"
-        for n in nets))
+          + ", ".join(f"{n} {s} steps after {w} warm-up" for n, (s, w) in zip(nets, steps)))
     b.peers = []
     for peer, (_, setup) in peers_table.items():
         if b.peer_available(peer):
             b.peers.append(peer)
         else:
             print(f"- {peer}: not installed ({b.python[peer]} cannot import it; run {setup})")
-    tools = ["mpx"] + b.peers
     print("\n## Same nets\n")
     for net in nets:
         print(f"- {net} ({net_table[net][0]}):")
         for line in b.check_params(net, b.peers):
             print(line)
+    return start
+
+
+def run_all(b, a, net_table, peers_table, targets):
+    nets, policies = a.nets.split(","), a.policies.split(",")
+    for n in nets:
+        if n not in net_table:
+            sys.exit(f"--nets: {n} is not one of {', '.join(net_table)}")
+    for p in policies:
+        if p not in POLICIES:
+            sys.exit(f"--policies: {p} is not one of {', '.join(POLICIES)}")
+    start = print_header(b, a, nets, net_table, peers_table)
+    tools = ["mpx"] + b.peers
     runs, errors, gemm = run_rounds(b, a, nets, policies, tools, net_table)
     probes = {}
     if not a.no_probe:
