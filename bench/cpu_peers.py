@@ -25,7 +25,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import peers_probe as probe  # noqa: E402
+try:
+    import peers_probe as probe  # noqa: E402
+except ImportError as e:  # pyyaml
+    sys.exit(f"cpu_peers.py: {e}; install pyyaml, or run it with a peer's venv python "
+             "(~/.cache/mpx-peers/keras/bin/python bench/cpu_peers.py)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "mpx-peers")
