@@ -1,86 +1,130 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# PyTorch peer of `mpx bench`: times the same nets (forward + cross-entropy +
-# backward + Adam) at the same batch on the CPU, in float32 or under
-# torch.autocast(bfloat16). A peer for side-by-side numbers, not a dependency
-# of mpx. Needs torch (Debian: python3-torch, or pip).
+"""PyTorch peer of `mpx bench`: times training steps of an mpx config's PyTorch twin on the CPU.
+
+The twin is bench/mpx_torch_net.py's (parameter names as `mpx export --layout
+pytorch` writes them), with symmetric "same" padding moved into the
+convolution itself so that no separate pad runs. One step: zero_grad, forward
+(under torch.autocast(cpu, bfloat16 | float16) for the mixed policies, as a
+PyTorch user writes mixed precision; GradScaler for float16), cross-entropy on
+float32 logits, backward, the config's optimizer. Inputs are random and
+channels_last (NHWC, as mpx holds them). images/s is images / the summed step
+times (as `mpx bench` reports it); --budget-s ends the timing early where a
+policy is very slow. Threads: torch.set_num_threads(--threads).
+
+    ~/.cache/mpx-peers/torch/bin/python bench/torch_peer.py --config configs/cifar10_fp32.yaml --json
+
+Needs torch, numpy and pyyaml (bench/torch_setup.sh). Not a dependency of mpx;
+the driver bench/cpu_peers.py runs it (docs/cpu-performance.md, "Against the peers").
+"""
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import mpx_torch_net as mt  # noqa: E402
+
+INPUT_HWC = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
+AUTOCAST = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}
 
 
-def smoke_net():
-    # configs/mnist_smoke.yaml: conv 32 3x3 relu, max_pool 2, flatten, dense 10.
-    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(32 * 13 * 13, 10)), (1, 28, 28)
+def build(cfg):
+    hwc = tuple(int(v) for v in (cfg["model"].get("input_shape") or INPUT_HWC[cfg["data"]["dataset"]]))
+    net = mt.MpxNet(cfg, hwc)
+    for m in net.modules():  # symmetric padding: let the convolution pad (same numbers, one op less)
+        if isinstance(m, mt.Conv) and any(m.pad):
+            left, right, top, bottom = m.pad
+            if left == right and top == bottom:
+                m.conv.padding, m.pad = (top, left), (0, 0, 0, 0)
+    return net, hwc
 
 
-def cifar_net():
-    # configs/cifar10_fp32.yaml: the reference net of the Keras mixed-precision guides.
-    return nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 256), nn.ReLU(),
-                         nn.Linear(256, 10)), (3, 32, 32)
+def optimizer(cfg, params):
+    o = cfg.get("optimizer") or {}
+    name, lr = o.get("name", "adam"), float(o.get("learning_rate", 1e-3))
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=float(o.get("momentum", 0.0)),
+                               nesterov=bool(o.get("nesterov", False)))
+    betas = (float(o.get("beta1", 0.9)), float(o.get("beta2", 0.999)))
+    eps = float(o.get("epsilon", 1e-7))
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=float(o.get("weight_decay", 0.0)))
+    return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
 
 
-NETS = {"smoke": smoke_net, "cifar": cifar_net}
-
-
-def bench(name, batch, steps, warmup, dtype):
-    torch.manual_seed(0)
-    model, (c, h, w) = NETS[name]()
-    model = model.to(memory_format=torch.channels_last)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+def run(a):
+    torch.set_num_threads(a.threads)
+    cfg = mt.load_config(a.config)
+    policy = a.policy or cfg.get("policy", "float32")
+    batch = a.batch or int(cfg["data"].get("batch_size", 32))
+    torch.manual_seed(int(cfg.get("seed", 42)))
+    net, (h, w, c) = build(cfg)
+    net = net.to(memory_format=torch.channels_last)
+    opt = optimizer(cfg, net.parameters())
     x = torch.randn(batch, c, h, w).to(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (batch,))
     loss_fn = nn.CrossEntropyLoss()
-    times = []
-    for i in range(warmup + steps):
+    amp = AUTOCAST.get(policy)
+    scaler = torch.amp.GradScaler("cpu", enabled=policy == "mixed_float16")
+    ms = []
+    for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        if dtype == "bfloat16":
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                out = model(x)
-            loss = loss_fn(out.float(), y)
-        else:
-            loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cpu", dtype=amp or torch.bfloat16, enabled=amp is not None):
+            out = net(x)
+        loss = loss_fn(out.float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         t1 = time.perf_counter()
-        if i >= warmup:
-            times.append((t1 - t0) * 1e3)
-    med = statistics.median(times)
-    return {"peer": "pytorch", "torch_version": torch.__version__, "net": name, "dtype": dtype,
-            "batch_size": batch, "threads": torch.get_num_threads(), "images_per_sec": batch / (med / 1e3),
-            "step_ms_median": med, "step_ms_min": min(times), "step_ms_max": max(times)}
+        if i >= a.warmup:
+            ms.append((t1 - t0) * 1e3)
+            if a.budget_s and len(ms) >= 2 and sum(ms) > a.budget_s * 1e3:
+                break
+    shapes = {k: list(v.shape) for k, v in net.to_mpx().items() if not k.endswith("num_batches_tracked")}
+    return {"peer": "pytorch", "version": f"torch {torch.__version__}", "config": a.config, "policy": policy,
+            "batch_size": batch, "threads": torch.get_num_threads(), "steps": len(ms),
+            "images_per_sec": batch * len(ms) / (sum(ms) / 1e3), "step_ms_median": statistics.median(ms),
+            "step_ms_min": min(ms), "step_ms_max": max(ms),
+            "param_count": int(sum(p.numel() for p in net.parameters())), "param_shapes": shapes,
+            "cpu_capability": cpu_capability()}
+
+
+def cpu_capability():
+    """The ISA PyTorch's own vectorized kernels were dispatched for (AVX2, AVX512, ...), where it says."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        return None
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--net", choices=sorted(NETS) + ["all"], default="all")
-    ap.add_argument("--batch", type=int, default=256)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="mpx YAML config (the net, batch, optimizer, policy)")
+    ap.add_argument("--policy", choices=["float32", "mixed_float16", "mixed_bfloat16"], help="overrides the config's")
+    ap.add_argument("--batch", type=int, default=0, help="overrides data.batch_size")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "all"], default="float32")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="stop timing after this many seconds of timed steps (at least 2 steps; 0: no limit)")
+    ap.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    nets = sorted(NETS) if a.net == "all" else [a.net]
-    dtypes = ["float32", "bfloat16"] if a.dtype == "all" else [a.dtype]
-    rows = [bench(n, a.batch, a.steps, a.warmup, d) for n in nets for d in dtypes]
+    if a.steps < 1 or a.warmup < 0:
+        ap.error("--steps must be at least 1 and --warmup at least 0")
+    r = run(a)
     if a.json:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
+        print(json.dumps(r))
     else:
-        for r in rows:
-            print(f"pytorch {r['torch_version']} {r['net']:6s} {r['dtype']:9s} batch {r['batch_size']} "
-                  f"threads {r['threads']}: {r['images_per_sec']:8.1f} images/s "
-                  f"(step median {r['step_ms_median']:.1f} ms, min {r['step_ms_min']:.1f}, max {r['step_ms_max']:.1f})")
+        print(f"{r['version']} {r['policy']} batch {r['batch_size']} threads {r['threads']}: "
+              f"{r['images_per_sec']:.1f} images/s (step median {r['step_ms_median']:.1f} ms), "
+              f"{r['param_count']} parameters")
 
 
 if __name__ == "__main__":
