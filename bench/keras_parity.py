@@ -314,7 +314,7 @@ def main():
             ok &= rgood
             print(f"  reset each step [{policy}]: max one-step rel loss diff {r1['loss_rel']:.3e} (step "
                   f"{r1['loss_step']}); max rel update diff {r1['update_rel']:.3e} ({r1['update_tensor']}, step "
-                  f"{r1['update_step']}); max rel weight diff after the step {r1['after_rel']:.3e} "
+                  f"{r1['update_step']}; 2-norm {r1['update_rel2']:.3e}, {r1['update2_tensor']}); max rel weight diff after the step {r1['after_rel']:.3e} "
                   f"({r1['after_tensor']}); scale/skips {'identical' if r1['scale_same'] else 'DIFFER'}"
                   f"{'' if rgood else '  <-- beyond target'}", flush=True)
         if res["unmatched_tensors"]:

@@ -186,17 +186,26 @@ def rel(a, b):
     return d / s if s > 0 else d
 
 
+def rel2(a, b):
+    """||a - b||_2 / ||b||_2 (||a||_2 when b is all zero)."""
+    d = float(np.linalg.norm((a - b).ravel()))
+    s = float(np.linalg.norm(b.ravel()))
+    return d / s if s > 0 else d
+
+
 def compare_step(prev, kstate, mstate, kloss, mrec):
     """One step's figures: loss, scale/skips, and per tensor the update difference
-    max |dW_mpx - dW_keras| / max |dW_keras| and the after-step difference."""
+    max |dW_mpx - dW_keras| / max |dW_keras| (and the same in the 2-norm) and the
+    after-step difference."""
     loss_rel = abs(mrec["loss"] - kloss) / max(abs(kloss), 1e-30)
     same = mrec["loss_scale"] == kstate["scale"] and mrec["skipped_steps"] == kstate["skipped"]
-    upd, after = {}, {}
+    upd, upd2, after = {}, {}, {}
     for name, w0 in prev["weights"].items():
         kw, mw = kstate["weights"][name], mstate[name]
-        upd[name] = rel(mw.astype(np.float64) - w0, kw.astype(np.float64) - w0)
+        dm, dk = mw.astype(np.float64) - w0, kw.astype(np.float64) - w0
+        upd[name], upd2[name] = rel(dm, dk), rel2(dm, dk)
         after[name] = rel(mw, kw.astype(np.float64))
-    return {"loss_rel": loss_rel, "scale_same": same, "update_rel": upd, "after_rel": after}
+    return {"loss_rel": loss_rel, "scale_same": same, "update_rel": upd, "update_rel2": upd2, "after_rel": after}
 
 
 def run_reset(a, cfg, policy, cfg_path, work, x, y, snaps, keras_losses, data_src, env):
@@ -256,14 +265,18 @@ def summarize(steps, skip_tensors=()):
     loss = max(s["loss_rel"] for s in steps)
     loss_step = 1 + max(range(len(steps)), key=lambda i: steps[i]["loss_rel"])
     worst = (0.0, "", 0)
-    worst_after = (0.0, "", 0)
+    worst_after, worst2 = (0.0, "", 0), (0.0, "", 0)
     for i, s in enumerate(steps):
         for n, v in s["update_rel"].items():
             if n not in skip_tensors and v > worst[0]:
                 worst = (v, n, i + 1)
+        for n, v in s.get("update_rel2", {}).items():
+            if n not in skip_tensors and v > worst2[0]:
+                worst2 = (v, n, i + 1)
         for n, v in s["after_rel"].items():
             if n not in skip_tensors and v > worst_after[0]:
                 worst_after = (v, n, i + 1)
     return {"loss_rel": loss, "loss_step": loss_step, "update_rel": worst[0], "update_tensor": worst[1],
-            "update_step": worst[2], "after_rel": worst_after[0], "after_tensor": worst_after[1],
+            "update_step": worst[2], "update_rel2": worst2[0], "update2_tensor": worst2[1],
+            "after_rel": worst_after[0], "after_tensor": worst_after[1],
             "after_step": worst_after[2], "scale_same": all(s["scale_same"] for s in steps)}
