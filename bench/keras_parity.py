@@ -203,9 +203,10 @@ def compare(policy, mpx_steps, keras_steps, mpx_w, keras_w):
             "mpx": mpx_steps, "keras": keras_steps}
 
 
-def write_fixture(dirname, policy, cfg_path, init, res, a):
+def write_fixture(dirname, policy, cfg_path, init, res, a, keras_w):
     """What tests/test_cli_keras_parity.cpp replays without TensorFlow: the config, the Keras
-    initial weights and Keras' per-step loss, scale and skipped count."""
+    initial weights, Keras' per-step loss, scale and skipped count, and its batch-norm moving
+    statistics after the last step."""
     os.makedirs(dirname, exist_ok=True)
     name = a.fixture_name or policy
     import shutil
@@ -220,7 +221,9 @@ def write_fixture(dirname, policy, cfg_path, init, res, a):
     exp = {"policy": policy, "tolerance": TARGETS[policy], "inject_inf_step": a.inject_inf or 0,
            "command": "bench/keras_parity_fixtures.sh", "tensorflow": _versions(),
            "keras": [{"loss": l, "loss_scale": s, "skipped_steps": k} for l, s, k in res["keras"]],
-           "measured_max_loss_rel": res["max_loss_rel"]}
+           "measured_max_loss_rel": res["max_loss_rel"],
+           "keras_final_bn": {n: [float(v) for v in w.ravel()] for n, w in sorted(keras_w.items())
+                              if n.endswith(("/moving_mean", "/moving_variance"))}}
     with open(os.path.join(dirname, f"{name}.expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
         f.write("\n")
@@ -320,7 +323,7 @@ def main():
         if res["unmatched_tensors"]:
             print("  unmatched tensors:", ", ".join(res["unmatched_tensors"]))
         if a.fixture:
-            write_fixture(a.fixture, policy, cfg_path, init, res, a)
+            write_fixture(a.fixture, policy, cfg_path, init, res, a, keras_w)
         results.append(res)
     if a.json:
         with open(a.json, "w") as f:
