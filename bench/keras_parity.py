@@ -132,7 +132,13 @@ def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0, snapshots=None):
     tf.random.set_seed(int(cfg.get("seed", 42)))
     keras.mixed_precision.set_global_policy(policy)
     model = kt.build_model(keras, cfg, policy, x.shape[1:])
-    if perturb:  # the first run's initial weights, each times (1 + perturb * N(0, 1))
+    given = os.path.join(a.init_dir, os.path.basename(init_path)) if a.init_dir else ""
+    if given and os.path.exists(given) and not perturb:  # --init-dir: these initial weights, not Keras' fresh ones
+        import shutil
+        if os.path.abspath(given) != os.path.abspath(init_path):
+            shutil.copy(given, init_path)
+    if perturb or (given and os.path.exists(given)):
+        # The first run's initial weights (--init-dir's), with --noise-floor each times (1 + perturb * N(0, 1))
         from safetensors.numpy import load_file
         init, rng = load_file(init_path), np.random.RandomState(1)
         for layer in model.layers:
@@ -257,6 +263,11 @@ def main():
                     help="also compare one step at a time: mpx starts every step from Keras' state after the "
                          "previous one (weights, statistics, optimizer, loss scale); prints the largest one-step "
                          "loss and update differences")
+    ap.add_argument("--reset-floor", action="store_true",
+                    help="with --reset-each-step: also take every step with mpx's plain loops "
+                         "(MPX_CPU_REFERENCE=1) and print how far mpx lies from itself (the float32 floor)")
+    ap.add_argument("--init-dir", help="start from DIR/<fixture name or policy>.init.safetensors where it "
+                                       "exists instead of fresh Keras weights (regenerating fixtures)")
     ap.add_argument("--fixture-name", help="file names of the fixture (default: the policy)")
     ap.add_argument("--json", help="write the full comparison (every step) to this file")
     ap.add_argument("--keep", help="keep the work files (configs, weights, runs) in this folder")
@@ -281,7 +292,7 @@ def main():
     work = a.keep or tempfile.mkdtemp(prefix="keras-parity-")
     os.makedirs(work, exist_ok=True)
     for policy in a.policies.split(","):
-        init = os.path.join(work, f"{policy}.init.safetensors")
+        init = os.path.join(work, f"{a.fixture_name or policy}.init.safetensors")
         c = derived_config(cfg, a, policy, data, init, limit)
         cfg_path = os.path.join(work, f"{policy}.yaml")
         with open(cfg_path, "w") as f:
@@ -320,6 +331,10 @@ def main():
                   f"{r1['update_step']}; 2-norm {r1['update_rel2']:.3e}, {r1['update2_tensor']}); max rel weight diff after the step {r1['after_rel']:.3e} "
                   f"({r1['after_tensor']}); scale/skips {'identical' if r1['scale_same'] else 'DIFFER'}"
                   f"{'' if rgood else '  <-- beyond target'}", flush=True)
+            if a.reset_floor:
+                print(f"  mpx oneDNN vs mpx plain loops, same steps: max one-step rel loss diff "
+                      f"{r1['floor_loss_rel']:.3e}; max rel update diff {r1['floor_update_rel']:.3e} "
+                      f"(2-norm {r1['floor_update_rel2']:.3e})", flush=True)
         if res["unmatched_tensors"]:
             print("  unmatched tensors:", ", ".join(res["unmatched_tensors"]))
         if a.fixture:

@@ -243,15 +243,36 @@ def run_reset(a, cfg, policy, cfg_path, work, x, y, snaps, keras_losses, data_sr
             step_env["MPX_DEBUG_INJECT_INF"] = f"0:{k - 1}"
         _mpx(a, ["train", "--config", rcfg, "--run-dir", run, "--resume", ck, "--no-progress", "-q",
                  "--set", f"data.path={data_k}", "--set", f"train.max_steps={k}"], step_env)
-        rec = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-        rec = [r for r in rec if r.get("kind") == "step"][-1]
-        _, after = read_ckpt(os.path.join(run, "checkpoints", "last.ckpt"))
-        out.append(compare_step(snaps[k - 1], snaps[k], mpx_state(amap, after), keras_losses[k - 1], rec))
+        rec, after = _result(run, amap)
+        out.append(compare_step(snaps[k - 1], snaps[k], after, keras_losses[k - 1], rec))
+        if a.reset_floor:
+            # The same step by mpx's plain loops (MPX_CPU_REFERENCE=1: other summation orders, BN
+            # sums in double): how far two correct float32 implementations of it lie apart.
+            run2 = run + "-loops"
+            _mpx(a, ["train", "--config", rcfg, "--run-dir", run2, "--resume", ck, "--no-progress", "-q",
+                     "--set", f"data.path={data_k}", "--set", f"train.max_steps={k}"],
+                 dict(step_env, MPX_CPU_REFERENCE="1"))
+            rec2, after2 = _result(run2, amap)
+            own = {"weights": after, "scale": rec["loss_scale"], "skipped": rec["skipped_steps"]}
+            out[-1]["floor"] = compare_step(snaps[k - 1], own, after2, rec["loss"], rec2)
+            out[-1]["floor"]["update_scale_keras"] = {
+                n: float(np.abs(snaps[k]["weights"][n].astype(np.float64) - w0).max())
+                for n, w0 in snaps[k - 1]["weights"].items()}
+            if not a.keep:
+                shutil.rmtree(run2, ignore_errors=True)
         if not a.keep:
             shutil.rmtree(run, ignore_errors=True)
             shutil.rmtree(data_k, ignore_errors=True)
             os.remove(ck)
     return out
+
+
+def _result(run, amap):
+    """The last step record of a run and its state after it (keras layout)."""
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        rec = [r for r in map(json.loads, f) if r.get("kind") == "step"][-1]
+    _, after = read_ckpt(os.path.join(run, "checkpoints", "last.ckpt"))
+    return rec, mpx_state(amap, after)
 
 
 def _mpx(a, args, env):
@@ -276,7 +297,15 @@ def summarize(steps, skip_tensors=()):
         for n, v in s["after_rel"].items():
             if n not in skip_tensors and v > worst_after[0]:
                 worst_after = (v, n, i + 1)
-    return {"loss_rel": loss, "loss_step": loss_step, "update_rel": worst[0], "update_tensor": worst[1],
+    floor = {}
+    if all("floor" in s for s in steps):
+        fl = [s["floor"] for s in steps]
+        floor = {"floor_loss_rel": max(f["loss_rel"] for f in fl),
+                 "floor_update_rel": max(max(f["update_rel"][n] for n in f["update_rel"] if n not in skip_tensors)
+                                         for f in fl),
+                 "floor_update_rel2": max(max(f["update_rel2"][n] for n in f["update_rel2"] if n not in skip_tensors)
+                                          for f in fl)}
+    return {**floor, "loss_rel": loss, "loss_step": loss_step, "update_rel": worst[0], "update_tensor": worst[1],
             "update_step": worst[2], "update_rel2": worst2[0], "update2_tensor": worst2[1],
             "after_rel": worst_after[0], "after_tensor": worst_after[1],
             "after_step": worst_after[2], "scale_same": all(s["scale_same"] for s in steps)}
