@@ -129,7 +129,7 @@ def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0, snapshots=None):
     import tf_keras as keras
     from safetensors.numpy import save_file
     keras.backend.clear_session()
-    tf.random.set_seed(int(cfg.get("seed", 42)))
+    keras.utils.set_random_seed(int(cfg.get("seed", 42)))  # python, numpy and TensorFlow: the same init each run
     keras.mixed_precision.set_global_policy(policy)
     model = kt.build_model(keras, cfg, policy, x.shape[1:])
     given = os.path.join(a.init_dir, os.path.basename(init_path)) if a.init_dir else ""
