@@ -108,7 +108,6 @@ struct LossScaleRule {
   double growth_factor = 2.0, backoff_factor = 0.5, min_scale = 1.0;
 };
 
-/// Statistics of one tensor, for check_numerics and `mpx inspect`.
 /// What the moving variance of batch norm takes of the biased batch variance over `rows`
 /// (N H W or N) values per channel: rows / (rows - 1) for a 4-D [N,H,W,C] input (Bessel's
 /// correction, as tf-keras 2's fused batch norm), 1 for a 2-D [N,C] input (its non-fused
@@ -117,6 +116,7 @@ inline double bn_moving_variance_factor(int rank, int64_t rows) {
   return rank == 4 && rows > 1 ? static_cast<double>(rows) / static_cast<double>(rows - 1) : 1.0;
 }
 
+/// Statistics of one tensor, for check_numerics and `mpx inspect`.
 struct TensorStats {
   double min = 0, max = 0, mean_abs = 0;  // over finite values
   int64_t n_inf = 0, n_nan = 0, n_zero = 0, count = 0;
