@@ -107,7 +107,8 @@ def keras_snapshot(model, opt, lso, skipped, consecutive):
         for v in layer.weights:
             names[id(v)] = f"{layer.name}/{v.name.split('/')[-1].split(':')[0]}"
     inner = opt.inner_optimizer if lso else opt
-    kinds = ["_momentums", "_velocities"] if isinstance(inner, keras.optimizers.Adam) else ["momentums"]
+    adam = isinstance(inner, (keras.optimizers.Adam, keras.optimizers.AdamW))
+    kinds = ["_momentums", "_velocities"] if adam else ["momentums"]
     slots = []
     for kind in kinds:
         lst = getattr(inner, kind, None) or []
