@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+import keras_reset as kr  # noqa: E402
 import keras_twin as kt  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,18 +119,26 @@ def keras_optimizer(keras, cfg, policy, ls):
     return opt, coupled_wd
 
 
-def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0):
+def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0, snapshots=None):
     """Trains the twin; returns per-step (loss, scale, skipped) and the final weights. With
     `perturb`, the initial weights are multiplied by (1 + perturb * N(0,1)) after init_path is
-    written: a second Keras run of the same float32 net, rounding-sized apart (the noise floor)."""
+    written: a second Keras run of the same float32 net, rounding-sized apart (the noise floor).
+    With a list `snapshots`, Keras' whole state before every step and after the last is appended
+    to it (bench/keras_reset.py)."""
     import tensorflow as tf
     import tf_keras as keras
     from safetensors.numpy import save_file
     keras.backend.clear_session()
-    tf.random.set_seed(int(cfg.get("seed", 42)))
+    keras.utils.set_random_seed(int(cfg.get("seed", 42)))  # python, numpy and TensorFlow: the same init each run
     keras.mixed_precision.set_global_policy(policy)
     model = kt.build_model(keras, cfg, policy, x.shape[1:])
-    if perturb:  # the first run's initial weights, each times (1 + perturb * N(0, 1))
+    given = os.path.join(a.init_dir, os.path.basename(init_path)) if a.init_dir else ""
+    if given and os.path.exists(given) and not perturb:  # --init-dir: these initial weights, not Keras' fresh ones
+        import shutil
+        if os.path.abspath(given) != os.path.abspath(init_path):
+            shutil.copy(given, init_path)
+    if perturb or (given and os.path.exists(given)):
+        # The first run's initial weights (--init-dir's), with --noise-floor each times (1 + perturb * N(0, 1))
         from safetensors.numpy import load_file
         init, rng = load_file(init_path), np.random.RandomState(1)
         for layer in model.layers:
@@ -158,14 +167,20 @@ def run_keras(a, cfg, policy, x, y, init_path, perturb=0.0):
         opt.apply_gradients(zip(grads, tv))
         return loss, finite
 
-    out, skipped = [], 0
+    out, skipped, consecutive = [], 0, 0
     xs = kt.normalize(x, cfg)
     for k in range(a.steps):
+        if snapshots is not None:
+            snapshots.append(kr.keras_snapshot(model, opt, lso, skipped, consecutive))
         sl = slice(k * a.batch, (k + 1) * a.batch)
         bump = tf.constant(np.inf if k + 1 == a.inject_inf else 0.0, tv[0].dtype)
         loss, finite = step(tf.constant(xs[sl]), tf.constant(y[sl]), bump)
-        skipped += 0 if (bool(finite) or not lso) else 1
+        good = bool(finite) or not lso
+        skipped += 0 if good else 1
+        consecutive = 0 if good else consecutive + 1
         out.append((float(loss), float(opt.loss_scale.numpy()) if lso else 1.0, skipped))
+    if snapshots is not None:
+        snapshots.append(kr.keras_snapshot(model, opt, lso, skipped, consecutive))
     return out, kt.keras_weights(model)
 
 
@@ -194,9 +209,10 @@ def compare(policy, mpx_steps, keras_steps, mpx_w, keras_w):
             "mpx": mpx_steps, "keras": keras_steps}
 
 
-def write_fixture(dirname, policy, cfg_path, init, res, a):
+def write_fixture(dirname, policy, cfg_path, init, res, a, keras_w):
     """What tests/test_cli_keras_parity.cpp replays without TensorFlow: the config, the Keras
-    initial weights and Keras' per-step loss, scale and skipped count."""
+    initial weights, Keras' per-step loss, scale and skipped count, and its batch-norm moving
+    statistics after the last step."""
     os.makedirs(dirname, exist_ok=True)
     name = a.fixture_name or policy
     import shutil
@@ -211,7 +227,9 @@ def write_fixture(dirname, policy, cfg_path, init, res, a):
     exp = {"policy": policy, "tolerance": TARGETS[policy], "inject_inf_step": a.inject_inf or 0,
            "command": "bench/keras_parity_fixtures.sh", "tensorflow": _versions(),
            "keras": [{"loss": l, "loss_scale": s, "skipped_steps": k} for l, s, k in res["keras"]],
-           "measured_max_loss_rel": res["max_loss_rel"]}
+           "measured_max_loss_rel": res["max_loss_rel"],
+           "keras_final_bn": {n: [float(v) for v in w.ravel()] for n, w in sorted(keras_w.items())
+                              if n.endswith(("/moving_mean", "/moving_variance"))}}
     with open(os.path.join(dirname, f"{name}.expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
         f.write("\n")
@@ -241,6 +259,15 @@ def main():
     ap.add_argument("--noise-floor", type=float, default=0.0, metavar="EPS",
                     help="also train Keras a second time from weights perturbed by EPS (relative, e.g. 1e-7) "
                          "and print how far its loss drifts from the first run's: the net's own sensitivity")
+    ap.add_argument("--reset-each-step", action="store_true",
+                    help="also compare one step at a time: mpx starts every step from Keras' state after the "
+                         "previous one (weights, statistics, optimizer, loss scale); prints the largest one-step "
+                         "loss and update differences")
+    ap.add_argument("--reset-floor", action="store_true",
+                    help="with --reset-each-step: also take every step with mpx's plain loops "
+                         "(MPX_CPU_REFERENCE=1) and print how far mpx lies from itself (the float32 floor)")
+    ap.add_argument("--init-dir", help="start from DIR/<fixture name or policy>.init.safetensors where it "
+                                       "exists instead of fresh Keras weights (regenerating fixtures)")
     ap.add_argument("--fixture-name", help="file names of the fixture (default: the policy)")
     ap.add_argument("--json", help="write the full comparison (every step) to this file")
     ap.add_argument("--keep", help="keep the work files (configs, weights, runs) in this folder")
@@ -265,12 +292,13 @@ def main():
     work = a.keep or tempfile.mkdtemp(prefix="keras-parity-")
     os.makedirs(work, exist_ok=True)
     for policy in a.policies.split(","):
-        init = os.path.join(work, f"{policy}.init.safetensors")
+        init = os.path.join(work, f"{a.fixture_name or policy}.init.safetensors")
         c = derived_config(cfg, a, policy, data, init, limit)
         cfg_path = os.path.join(work, f"{policy}.yaml")
         with open(cfg_path, "w") as f:
             yaml.safe_dump(c, f, sort_keys=False)
-        keras_steps, keras_w = run_keras(a, c, policy, x, y, init)
+        snaps = [] if a.reset_each_step else None
+        keras_steps, keras_w = run_keras(a, c, policy, x, y, init, snapshots=snaps)
         if a.keep:
             from safetensors.numpy import save_file
             save_file(keras_w, os.path.join(work, f"{policy}.keras_final.safetensors"))
@@ -291,10 +319,26 @@ def main():
               f"scale/skips {'identical' if res['scale_trajectory_identical'] else 'DIFFER at step %s' % res['first_scale_mismatch']}"
               f" (final scale {mpx_steps[-1][1]:g}, skipped {mpx_steps[-1][2]}); worst weight {res['worst_weight']} "
               f"{res['worst_weight_rel']:.3e}{floor}{'' if good else '  <-- FAIL'}", flush=True)
+        if a.reset_each_step:
+            env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+            per = kr.run_reset(a, c, policy, cfg_path, work, x, y, snaps, [s[0] for s in keras_steps], data, env)
+            r1 = kr.summarize(per)
+            res["reset"] = {"summary": r1, "steps": per}
+            rgood = r1["loss_rel"] <= TARGETS[policy] and r1["update_rel"] <= TARGETS[policy] and r1["scale_same"]
+            ok &= rgood
+            print(f"  reset each step [{policy}]: max one-step rel loss diff {r1['loss_rel']:.3e} (step "
+                  f"{r1['loss_step']}); max rel update diff {r1['update_rel']:.3e} ({r1['update_tensor']}, step "
+                  f"{r1['update_step']}; 2-norm {r1['update_rel2']:.3e}, {r1['update2_tensor']}); max rel weight diff after the step {r1['after_rel']:.3e} "
+                  f"({r1['after_tensor']}); scale/skips {'identical' if r1['scale_same'] else 'DIFFER'}"
+                  f"{'' if rgood else '  <-- beyond target'}", flush=True)
+            if a.reset_floor:
+                print(f"  mpx oneDNN vs mpx plain loops, same steps: max one-step rel loss diff "
+                      f"{r1['floor_loss_rel']:.3e}; max rel update diff {r1['floor_update_rel']:.3e} "
+                      f"(2-norm {r1['floor_update_rel2']:.3e})", flush=True)
         if res["unmatched_tensors"]:
             print("  unmatched tensors:", ", ".join(res["unmatched_tensors"]))
         if a.fixture:
-            write_fixture(a.fixture, policy, cfg_path, init, res, a)
+            write_fixture(a.fixture, policy, cfg_path, init, res, a, keras_w)
         results.append(res)
     if a.json:
         with open(a.json, "w") as f:

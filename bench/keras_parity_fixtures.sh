@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Regenerates tests/fixtures/keras_parity/ (docs/keras-parity.md): a tiny MNIST-format data
+# Regenerates tests/fixtures/keras_parity/ (docs/keras-parity.md) from the committed initial
+# weights (*.init.safetensors, kept where present): a tiny MNIST-format data
 # set (the first 160 training and 16 test images of MNIST, 2x2-averaged to 14x14), then the
 # harness's Keras reference for the tiny net under each policy and loss-scale scenario.
 # Needs the venv of bench/keras_setup.sh, the built mpx and MNIST (MPX_DATA_MIRROR or ../shared/data).
@@ -28,7 +29,7 @@ for split, n in (("train", 160), ("t10k", 16)):
         f.write(struct.pack(">II", 0x801, n) + lab[8:8 + n])
 PYEOF
 run() { "$PY" bench/keras_parity.py --config "$FIX/net.yaml" --data "$FIX/data" --batch 8 --threads 1 \
-          --fixture "$FIX" "$@"; }
+          --fixture "$FIX" --init-dir "$FIX" "$@"; }
 run --steps 20 --policies float32,mixed_bfloat16
 # float16: a huge initial scale (overflows, backoff), growth every 3 good steps, one injected inf
 run --steps 20 --policies mixed_float16 --scale-initial 16777216 --growth-interval 3 --inject-inf 14 \

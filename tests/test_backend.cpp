@@ -427,7 +427,8 @@ TEST_CASE("backend batch norm training/inference/backward match the float64 refe
   Vec want_rm(C), want_rv(C);
   for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
     want_rm[c] = momentum * rmv[c] + (1 - momentum) * r.mean[c];
-    want_rv[c] = momentum * rvv[c] + (1 - momentum) * r.var[c];
+    // tf-keras 2: unbiased batch variance on 4-D input, biased on 2-D (docs/keras-parity.md).
+    want_rv[c] = momentum * rvv[c] + (1 - momentum) * (rank == 4 ? r.var_unbiased : r.var)[c];
   }
   check_close("bn running mean", d.get(rm), want_rm, DType::F32);
   check_close("bn running var", d.get(rv), want_rv, DType::F32);

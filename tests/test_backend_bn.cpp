@@ -71,10 +71,13 @@ void check_forward_training(Dev& d, const BnLayer& l, float momentum, float eps,
   check_close("bn y", d.get(l.y), r.y, l.t, (l.t == DType::F32 ? 1.0 : 2.0) * y_loosen);
   check_close("bn saved mean", d.get(l.sm), r.mean, DType::F32);
   check_close("bn saved invstd", d.get(l.si), r.invstd, DType::F32);
+  // tf-keras 2: the moving variance takes the unbiased batch variance on [N,H,W,C] input (its
+  // fused batch norm), the biased one on [N,C].
+  const Vec& batch_var = l.s.rank == 4 ? r.var_unbiased : r.var;
   Vec want_rm(static_cast<size_t>(l.C)), want_rv(static_cast<size_t>(l.C));
   for (size_t c = 0; c < static_cast<size_t>(l.C); ++c) {
     want_rm[c] = momentum * l.rmv[c] + (1 - momentum) * r.mean[c];
-    want_rv[c] = momentum * l.rvv[c] + (1 - momentum) * r.var[c];
+    want_rv[c] = momentum * l.rvv[c] + (1 - momentum) * batch_var[c];
   }
   check_close("bn running mean", d.get(l.rm), want_rm, DType::F32);
   check_close("bn running var", d.get(l.rv), want_rv, DType::F32);
@@ -168,16 +171,23 @@ TEST_CASE("backend batch norm: small epsilon, unit variance (variance recovered 
 }
 
 TEST_CASE("backend batch norm: momentum 1 keeps the running statistics, 0 replaces them", "[backend][cpu][bn]") {
+  // 48 rows per channel either way: the unbiased variance is 48/47 (2 %) above the biased one.
+  // C = 10 takes the plain loops on AVX2 (no oneDNN JIT kernel), C = 16 oneDNN's primitive.
+  auto s = GENERATE(Shape{3, 4, 4, 10}, Shape{48, 10}, Shape{3, 4, 4, 16}, Shape{48, 16});
+  INFO("shape " << shape_str(s));
   Dev d;
   Rng rng(81);
-  BnLayer l = make_layer(d, rng, DType::F32, Shape{3, 4, 4, 10}, 1.0, 3.0);
+  BnLayer l = make_layer(d, rng, DType::F32, s, 1.0, 3.0);
   d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 1.0f, 1e-3f, l.rm, l.rv, l.sm, l.si, l.y);
   REQUIRE(d.get(l.rm) == l.rmv);
   REQUIRE(d.get(l.rv) == l.rvv);
   d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 0.0f, 1e-3f, l.rm, l.rv, l.sm, l.si, l.y);
   const ref::BnForward r = ref::batch_norm_forward_training(l.M, l.C, widen(l.xv), widen(l.gv), widen(l.bv), 1e-3);
   check_close("running mean = batch mean", d.get(l.rm), r.mean, DType::F32);
-  check_close("running var = biased batch variance", d.get(l.rv), r.var, DType::F32);
+  if (s.rank == 4)
+    check_close("running var = unbiased batch variance (4-D, tf-keras 2)", d.get(l.rv), r.var_unbiased, DType::F32);
+  else
+    check_close("running var = biased batch variance (2-D, tf-keras 2)", d.get(l.rv), r.var, DType::F32);
 }
 
 TEST_CASE("backend batch norm: layers of one shape interleaved, one shape with two epsilons", "[backend][cpu][bn]") {

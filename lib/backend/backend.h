@@ -108,6 +108,14 @@ struct LossScaleRule {
   double growth_factor = 2.0, backoff_factor = 0.5, min_scale = 1.0;
 };
 
+/// What the moving variance of batch norm takes of the biased batch variance over `rows`
+/// (N H W or N) values per channel: rows / (rows - 1) for a 4-D [N,H,W,C] input (Bessel's
+/// correction, as tf-keras 2's fused batch norm), 1 for a 2-D [N,C] input (its non-fused
+/// path) and for a single row. Both backends apply it (docs/keras-parity.md).
+inline double bn_moving_variance_factor(int rank, int64_t rows) {
+  return rank == 4 && rows > 1 ? static_cast<double>(rows) / static_cast<double>(rows - 1) : 1.0;
+}
+
 /// Statistics of one tensor, for check_numerics and `mpx inspect`.
 struct TensorStats {
   double min = 0, max = 0, mean_abs = 0;  // over finite values
@@ -221,8 +229,9 @@ class Backend {
   // ---- batch normalization (statistics and parameters always float32) -----
   /// Training: normalizes with batch statistics over N,H,W (x: [N,H,W,C] or [N,C]);
   /// writes saved_mean/saved_invstd [C] for the backward pass and updates
-  /// running_mean/var in place (Keras: running = momentum*running + (1-momentum)*batch,
-  /// with the biased batch variance both for normalizing and for the moving variance).
+  /// running_mean/var in place (Keras: running = momentum*running + (1-momentum)*batch).
+  /// It normalizes with the biased batch variance; the moving variance takes it times
+  /// bn_moving_variance_factor() (unbiased for [N,H,W,C], as tf-keras 2; docs/keras-parity.md).
   void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
                                    float epsilon, const Tensor& running_mean, const Tensor& running_var,
                                    const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& y);

@@ -233,12 +233,14 @@ inline Vec global_avg_pool_backward(int64_t N, int64_t HW, int64_t C, const Vec&
 // ---- batch normalization over rows of [M, C] -------------------------------------------
 struct BnForward {
   Vec y, mean, invstd, var;
+  Vec var_unbiased;  // sum (x - mean)^2 / (M - 1): what tf-keras 2's moving variance takes on 4-D input
 };
 inline BnForward batch_norm_forward_training(int64_t M, int64_t C, const Vec& x, const Vec& gamma, const Vec& beta,
                                              double eps) {
   BnForward r;
   r.mean.assign(static_cast<size_t>(C), 0.0);
   r.var.assign(static_cast<size_t>(C), 0.0);
+  r.var_unbiased.assign(static_cast<size_t>(C), 0.0);
   r.invstd.resize(static_cast<size_t>(C));
   r.y.resize(x.size());
   for (int64_t m = 0; m < M; ++m)
@@ -247,6 +249,7 @@ inline BnForward batch_norm_forward_training(int64_t M, int64_t C, const Vec& x,
     for (int64_t c = 0; c < C; ++c) {
       const double d = x[static_cast<size_t>(m * C + c)] - r.mean[static_cast<size_t>(c)];
       r.var[static_cast<size_t>(c)] += d * d / static_cast<double>(M);
+      r.var_unbiased[static_cast<size_t>(c)] += d * d / static_cast<double>(M > 1 ? M - 1 : 1);
     }
   for (int64_t c = 0; c < C; ++c) r.invstd[static_cast<size_t>(c)] = 1.0 / std::sqrt(r.var[static_cast<size_t>(c)] + eps);
   for (int64_t m = 0; m < M; ++m)

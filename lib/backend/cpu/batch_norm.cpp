@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Batch normalization over N,H,W per channel (NHWC: channels innermost).
 // Statistics, gamma/beta and running statistics are float32; x/y/dx/dy are in the
-// compute dtype. The math runs in oneDNN's batch_normalization primitives (float32;
+// compute dtype. Both normalize with the biased batch variance; the moving variance
+// takes it times bn_moving_variance_factor() (backend.h: unbiased on [N,H,W,C] input, as
+// tf-keras 2). The math runs in oneDNN's batch_normalization primitives (float32;
 // 16-bit tensors go through float32 scratch and are rounded once on the way out),
 // one cached plan per shape (and epsilon). The plain loops below (sums accumulated in
 // double per thread) run under MPX_CPU_REFERENCE=1, and for the shapes where oneDNN has
@@ -91,15 +93,16 @@ void bn_forward_training_loops(Context& ctx, const Tensor& x, const Tensor& gamm
     }
   });
   float* scale = ctx.scratch(kSlotTmp1, static_cast<size_t>(C));
+  const double unbias = bn_moving_variance_factor(x.shape.rank, M);
   for (int64_t c = 0; c < C; ++c) {
-    const double var = sq[c] / static_cast<double>(M);  // biased, as Keras normalizes
+    const double var = sq[c] / static_cast<double>(M);  // biased: Keras normalizes with it
     const double invstd = 1.0 / std::sqrt(var + static_cast<double>(epsilon));
     saved_mean.as<float>()[c] = static_cast<float>(mean[c]);
     saved_invstd.as<float>()[c] = static_cast<float>(invstd);
     float& rm = running_mean.as<float>()[c];
     float& rv = running_var.as<float>()[c];
     rm = momentum * rm + (1.0f - momentum) * static_cast<float>(mean[c]);
-    rv = momentum * rv + (1.0f - momentum) * static_cast<float>(var);
+    rv = momentum * rv + (1.0f - momentum) * static_cast<float>(var * unbias);
     scale[c] = static_cast<float>(gamma.as<const float>()[c] * invstd);
   }
   affine(ctx, xf, saved_mean.as<const float>(), scale, beta.as<const float>(), M, C, y);
@@ -291,10 +294,11 @@ void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& ga
   f32_commit(yf, y);
   float* rm = running_mean.as<float>();
   float* rv = running_var.as<float>();
+  const double unbias = bn_moving_variance_factor(x.shape.rank, x.numel() / C);
   for (int64_t c = 0; c < C; ++c) {
-    const float v = var[c];  // biased, as Keras normalizes and keeps its moving variance
+    const float v = var[c];  // biased: Keras normalizes with it; the moving variance is unbiased on 4-D input
     rm[c] = momentum * rm[c] + (1.0f - momentum) * mean[c];
-    rv[c] = momentum * rv[c] + (1.0f - momentum) * v;
+    rv[c] = momentum * rv[c] + (1.0f - momentum) * static_cast<float>(static_cast<double>(v) * unbias);
     var[c] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(v) + static_cast<double>(epsilon)));
   }
 }

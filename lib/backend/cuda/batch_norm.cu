@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 // Batch normalization over N,H,W per channel (NHWC: channels innermost), with
-// float32 statistics and parameters and x/y/dx/dy in the compute dtype. Own
-// kernels rather than cuDNN's: cuDNN updates the running variance with the
-// UNBIASED batch variance, Keras (and cpu/batch_norm.cpp) with the biased one, and
-// cuDNN refuses epsilon < 1e-5. Sums are deterministic two-stage reductions
-// (kernels.cuh), finished in double like the CPU twin.
+// float32 statistics and parameters and x/y/dx/dy in the compute dtype. Normalizing
+// uses the biased batch variance; the moving variance takes it times
+// bn_moving_variance_factor() (backend.h): unbiased (m / (m - 1)) on [N,H,W,C] input and
+// biased on [N,C], as tf-keras 2 (docs/keras-parity.md), the same as cpu/batch_norm.cpp.
+// Own kernels rather than cuDNN's: cuDNN's running variance is the unbiased one for every
+// shape (what PyTorch's and TensorFlow's GPU paths rely on; the cuDNN 9 header does not say
+// it), which is wrong for [N,C], and cuDNN refuses epsilon < 1e-5. Sums are deterministic two-stage
+// reductions (kernels.cuh), finished in double like the CPU twin.
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/ops.h"
 
@@ -17,20 +20,21 @@ __global__ void bn_mean_kernel(const double* __restrict__ sum, int64_t M, int C,
   if (c < C) saved_mean[c] = static_cast<float>(sum[c] / static_cast<double>(M));
 }
 
-// Biased variance, invstd, the Keras moving averages and the scale gamma * invstd.
+// Biased variance, invstd, the Keras moving averages (the variance times `unbias`,
+// bn_moving_variance_factor()) and the scale gamma * invstd.
 __global__ void bn_finalize_training_kernel(const double* __restrict__ sq, int64_t M, int C, float momentum,
-                                            float epsilon, const float* __restrict__ gamma,
+                                            float epsilon, double unbias, const float* __restrict__ gamma,
                                             const float* __restrict__ saved_mean, float* __restrict__ saved_invstd,
                                             float* __restrict__ running_mean, float* __restrict__ running_var,
                                             float* __restrict__ scale) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const double var = sq[c] / static_cast<double>(M);  // biased, as Keras normalizes
+  const double var = sq[c] / static_cast<double>(M);  // biased: Keras normalizes with it
   const double invstd = 1.0 / sqrt(var + static_cast<double>(epsilon));
   saved_invstd[c] = static_cast<float>(invstd);
   const float om = __fsub_rn(1.0f, momentum);
   running_mean[c] = __fadd_rn(__fmul_rn(momentum, running_mean[c]), __fmul_rn(om, saved_mean[c]));
-  running_var[c] = __fadd_rn(__fmul_rn(momentum, running_var[c]), __fmul_rn(om, static_cast<float>(var)));
+  running_var[c] = __fadd_rn(__fmul_rn(momentum, running_var[c]), __fmul_rn(om, static_cast<float>(var * unbias)));
   scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
 }
 
@@ -128,8 +132,9 @@ void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& ga
     // Second pass around the mean (no cancellation).
     channel_sums<T, ChannelSum::SqDev>(st, xp, nullptr, saved_mean.as<const float>(), nullptr, M, C, s.partial,
                                        s.s2, nullptr);
+    const double unbias = bn_moving_variance_factor(x.shape.rank, M);
     bn_finalize_training_kernel<<<channel_blocks(C), kThreads, 0, st>>>(
-        s.s2, M, C, momentum, epsilon, gamma.as<const float>(), saved_mean.as<const float>(),
+        s.s2, M, C, momentum, epsilon, unbias, gamma.as<const float>(), saved_mean.as<const float>(),
         saved_invstd.as<float>(), running_mean.as<float>(), running_var.as<float>(), s.f);
     MPX_CUDA_LAUNCH_CHECK(st);
     bn_affine_kernel<T><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
