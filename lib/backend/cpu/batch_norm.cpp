@@ -174,7 +174,8 @@ void bn_backward_loops(Context& ctx, const Tensor& x, const Tensor& dy, const Te
 // exactly 1/sqrt(var') = invstd without knowing the forward epsilon, and without a
 // cancellation when epsilon >> var (var' is var + eps, never var alone).
 
-enum BnOp : int64_t { kBnFwdTraining = 201, kBnFwdInference = 202, kBnBwd = 203 };
+// Plan-key op ids are unique across the CPU backend (dense.cpp has 201-203).
+enum BnOp : int64_t { kBnFwdTraining = 501, kBnFwdInference = 502, kBnBwd = 503 };
 
 const dnnl::normalization_flags kScaleShift =
     dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
