@@ -79,3 +79,31 @@ TEST_CASE("GEMM weight gradient applies to stride 1 only", "[backend][cpu][conv]
   CHECK_FALSE(cpu::wgrad_gemm_applies(g, 2, 1));
   CHECK_FALSE(cpu::wgrad_gemm_applies(g, 1, 2));
 }
+
+TEST_CASE("the bias gradient's row sum matches a float64 sum, on any thread count", "[backend][cpu][conv]") {
+  Rng rng(11);
+  const int saved = omp_get_max_threads();
+  // One row, a partial block, many blocks with offset values (float32 summing one by one
+  // would lose about M * 2^-24 of the magnitude), odd K.
+  for (const auto& [M, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {63, 8}, {65, 3}, {86528, 32}, {20001, 37}}) {
+    std::vector<float> dy = uniform(rng, M * K);
+    for (float& v : dy) v += 3.0f;
+    std::vector<double> want(static_cast<size_t>(K), 0.0), mag(static_cast<size_t>(K), 0.0);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        want[k] += dy[m * K + k];
+        mag[k] += std::fabs(dy[m * K + k]);
+      }
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      std::vector<float> db(static_cast<size_t>(K), std::numeric_limits<float>::quiet_NaN());
+      mpx::cpu::bias_gradient_rows(dy.data(), M, K, db.data());
+      INFO("M " << M << " K " << K << " threads " << threads);
+      // Blocks of 64 rows in float32 (error <= 64 * 2^-24 of their magnitude), then
+      // double, then one rounding to float32.
+      for (int64_t k = 0; k < K; ++k)
+        CHECK(std::fabs(db[k] - want[k]) <= 64.0 * 0x1p-24 * mag[k] + 0x1p-24 * std::fabs(want[k]));
+    }
+  }
+  omp_set_num_threads(saved);
+}

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -143,6 +144,33 @@ void conv_wgrad_gemm(const WgradGeo& g, const float* x, const float* dy, float* 
         db[k] = acc;
       }
     }
+  }
+}
+
+void bias_gradient_rows(const float* dy, int64_t M, int64_t K, float* db) {
+  constexpr int64_t kRows = 64;
+  const int nt = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>((M + kRows - 1) / kRows)));
+  std::vector<double> part(static_cast<size_t>(nt) * static_cast<size_t>(K), 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t lo = M * t / nt, hi = M * (t + 1) / nt;
+    double* sum = part.data() + static_cast<int64_t>(t) * K;
+    std::vector<float> acc(static_cast<size_t>(K));
+    for (int64_t m0 = lo; m0 < hi; m0 += kRows) {
+      const int64_t m1 = std::min(hi, m0 + kRows);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t m = m0; m < m1; ++m) {
+        const float* row = dy + m * K;
+        for (int64_t k = 0; k < K; ++k) acc[k] += row[k];
+      }
+      for (int64_t k = 0; k < K; ++k) sum[k] += acc[k];
+    }
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    double s = 0.0;
+    for (int t = 0; t < nt; ++t) s += part[static_cast<size_t>(t) * K + k];
+    db[k] = static_cast<float>(s);
   }
 }
 

@@ -28,4 +28,10 @@ size_t wgrad_gemm_scratch(const WgradGeo& g, int threads);
 /// `scratch` holds wgrad_gemm_scratch(g, omp_get_max_threads()) floats.
 void conv_wgrad_gemm(const WgradGeo& g, const float* x, const float* dy, float* dw, float* db, float* scratch);
 
+/// db[k] = sum over the M rows of dy ([M, K], row-major) of dy[m, k]: a convolution's (or any
+/// NHWC layer's) bias gradient. Blocks of 64 rows are summed in float32 and the block sums
+/// in double, each thread over its own rows; the threads' sums are added in thread order,
+/// so the result depends only on M, K and the thread count.
+void bias_gradient_rows(const float* dy, int64_t M, int64_t K, float* db);
+
 }  // namespace mpx::cpu
