@@ -194,3 +194,31 @@ TEST_CASE("bench and devices say which 16-bit path ran; MPX_CPU_16BIT=widen forc
   CHECK(bad.code == 2);
   CHECK(bad.err.find("MPX_CPU_16BIT='fastest'") != std::string::npos);
 }
+
+TEST_CASE("cpu.winograd in the config picks the kernels; MPX_CONV_WINOGRAD, when set, takes its place",
+          "[cli][bench][config]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  auto first_forward = [&](const std::string& value) {
+    const Run r = run_mpx("bench --config c.yaml --set cpu.winograd=" + value + " --steps 1 --warmup 0 --json", t.path);
+    REQUIRE(r.code == 0);
+    const json j = json::parse(r.out);
+    for (const json& k : j.at("kernels"))
+      if (k.at("op").get<std::string>() == "convolution forward for x [8, 28, 28, 1], w [16, 3, 3, 1]")
+        return k.at("impl").get<std::string>();
+    return std::string();
+  };
+  CHECK(first_forward("on").rfind("winograd:F(4x4,3x3) ", 0) == 0);
+  CHECK(first_forward("f2").rfind("winograd:F(2x2,3x3) ", 0) == 0);
+  const std::string off = first_forward("off");
+  CHECK(!off.empty());
+  CHECK(off.find("winograd") == std::string::npos);
+  CHECK(first_forward("auto").find("winograd") == std::string::npos);  // 1 input channel: not in the rule
+  ::setenv("MPX_CONV_WINOGRAD", "off", 1);
+  const std::string env_off = first_forward("on");
+  ::unsetenv("MPX_CONV_WINOGRAD");
+  CHECK(env_off.find("winograd") == std::string::npos);
+  const Run bad = run_mpx("bench --config c.yaml --set cpu.winograd=fastest --steps 1 --warmup 0", t.path);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("cpu.winograd: expected one of auto | off | on | f2, got 'fastest'") != std::string::npos);
+}

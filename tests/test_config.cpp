@@ -212,7 +212,7 @@ TEST_CASE("config: unknown top-level key names file, line, column and the closes
   const std::string msg = error_of(with_section("optimiser:\n  name: sgd\n"));
   CHECK(msg ==
         "x.yaml:6:1: optimiser: unknown key in the top level; did you mean 'optimizer'? (valid keys: name, seed, "
-        "device, policy, loss_scale, data, model, optimizer, schedule, train, debug, weights, dist, cuda)");
+        "device, policy, loss_scale, data, model, optimizer, schedule, train, debug, weights, dist, cpu, cuda)");
 }
 
 TEST_CASE("config: unknown key in a section", "[config]") {

@@ -106,7 +106,7 @@ TEST_CASE("config limits: an alias bomb stops at the node limit, in a file and i
   CHECK(error_of(std::string("defaults: &d {type: dense, units: 10}\n") +
                  "data: {dataset: mnist}\nmodel: {layers: [*d]}\n") ==
         "x.yaml:1:1: defaults: unknown key in the top level (valid keys: name, seed, device, policy, loss_scale, "
-        "data, model, optimizer, schedule, train, debug, weights, dist, cuda)");
+        "data, model, optimizer, schedule, train, debug, weights, dist, cpu, cuda)");
 }
 
 TEST_CASE("config limits: files over 1 MiB and endless files are refused, bounded", "[config][limits]") {

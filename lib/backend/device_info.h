@@ -71,6 +71,9 @@ struct PlanReport {
 };
 
 /// Start-up settings of a backend that come from the config (`cuda.*` keys).
+/// cpu.winograd (docs/cpu-performance.md, "Winograd convolution").
+enum class WinogradMode { Auto, Off, F4, F2 };
+
 struct BackendOptions {
   /// Budget of the cuDNN/cuBLASLt workspace on a GPU (cuda.workspace_mb); unused on the CPU.
   size_t cuda_workspace_bytes = size_t{512} << 20;
@@ -79,6 +82,8 @@ struct BackendOptions {
   bool cuda_conv_search = false;
   /// cuda.deterministic: deterministic convolution algorithms only.
   bool cuda_deterministic = false;
+  /// cpu.winograd; MPX_CONV_WINOGRAD, when set, takes its place.
+  WinogradMode cpu_winograd = WinogradMode::Auto;
 };
 
 /// Versions of the CUDA libraries: those this mpx was built against and those loaded at run

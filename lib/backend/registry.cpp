@@ -8,7 +8,7 @@
 
 namespace mpx {
 
-std::unique_ptr<Backend> create_cpu_backend();
+std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& options);
 #if MPX_WITH_CUDA
 std::unique_ptr<Backend> create_cuda_backend(int device, const BackendOptions& options);
 int cuda_device_count_impl();
@@ -17,7 +17,7 @@ CudaLibraryVersions cuda_library_versions_impl();
 #endif
 
 std::unique_ptr<Backend> create_backend(const std::string& device, [[maybe_unused]] const BackendOptions& options) {
-  if (device == "cpu") return create_cpu_backend();
+  if (device == "cpu") return create_cpu_backend(options);
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
 #if MPX_WITH_CUDA
     int index = 0;

@@ -160,6 +160,14 @@ struct CudaConfig {
   bool deterministic = false;  // deterministic convolution algorithms only
 };
 
+/// The CPU backend.
+struct CpuConfig {
+  /// 3x3 stride-1 convolutions on the Winograd kernel: auto (a fixed rule by shape and
+  /// ISA), off (oneDNN's direct kernels, their exact numerics), on (F(4x4,3x3) wherever it
+  /// applies), f2 (F(2x2,3x3) wherever it applies).
+  CpuWinograd winograd = CpuWinograd::Auto;
+};
+
 struct Config {
   std::string name = "run";
   uint64_t seed = 42;
@@ -175,6 +183,7 @@ struct Config {
   WeightsConfig weights;
   DistConfig dist;
   CudaConfig cuda;
+  CpuConfig cpu;
   /// Where it was loaded from ("" for strings), for messages.
   std::string source;
 };

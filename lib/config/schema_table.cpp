@@ -171,6 +171,10 @@ const std::vector<Key<Config>>& config_keys() {
       "all-reduce gradient buckets during the backward pass (auto: on with NCCL on GPUs, off on the CPU)"),
     MPX_KEY(dist.bucket_bytes, Int(4, kI64Max), "smallest bucket of the overlapped all-reduce, in bytes"),
 
+    MPX_KEY(cpu.winograd, Enum<CpuWinograd>(),
+      "3x3 stride-1 convolutions on mpx's Winograd kernel: auto (where it measured faster), "
+      "off (oneDNN's direct kernels), on (F(4x4,3x3) wherever it applies), f2 (F(2x2,3x3))"),
+
     MPX_KEY(cuda.workspace_mb, Int(0, kMaxWorkspaceMb), "cuDNN / cuBLASLt workspace budget in MiB"),
     MPX_KEY(cuda.conv_algo, Enum<ConvAlgo>(),
       "convolution algorithms: cuDNN's heuristic ranking (the same every run) or measured (search)"),

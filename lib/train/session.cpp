@@ -68,6 +68,10 @@ void Session::start_backend() {
   o.cuda_workspace_bytes = static_cast<size_t>(cfg_.cuda.workspace_mb) << 20;
   o.cuda_conv_search = cfg_.cuda.conv_algo == ConvAlgo::Search;
   o.cuda_deterministic = cfg_.cuda.deterministic;
+  o.cpu_winograd = cfg_.cpu.winograd == CpuWinograd::Off  ? WinogradMode::Off
+                   : cfg_.cpu.winograd == CpuWinograd::On ? WinogradMode::F4
+                   : cfg_.cpu.winograd == CpuWinograd::F2 ? WinogradMode::F2
+                                                          : WinogradMode::Auto;
   if (device_.device != "cpu") log_cuda_versions();
   backend_ = create_backend(device_.device, o);
   target_visible_ = true;

@@ -98,6 +98,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend()
       : ctx_([this](size_t b) { note_alloc(b); }, [this](size_t b) { note_free(b); }) {}
+  void set_winograd(WinogradMode m) { ctx_.winograd = m; }
 
   DeviceInfo info() const override {
     DeviceInfo d;
@@ -342,6 +343,10 @@ class CpuBackend final : public Backend {
 
 }  // namespace cpu
 
-std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+std::unique_ptr<Backend> create_cpu_backend(const BackendOptions& options) {
+  auto b = std::make_unique<cpu::CpuBackend>();
+  b->set_winograd(options.cpu_winograd);
+  return b;
+}
 
 }  // namespace mpx

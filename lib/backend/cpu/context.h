@@ -19,6 +19,7 @@
 #include <vector>
 #include <unordered_map>
 
+#include "backend/device_info.h"
 #include "core/half.h"
 #include "core/env.h"
 #include "core/tensor.h"
@@ -111,6 +112,8 @@ class Context {
     for (const auto& [k, native] : t == DType::BF16 ? math16_[0] : math16_[1]) (native ? c.first : c.second) += 1;
     return c;
   }
+  /// cpu.winograd of the run (BackendOptions); MPX_CONV_WINOGRAD, when set, takes its place.
+  WinogradMode winograd = WinogradMode::Auto;
   /// Counts memory that plans own (oneDNN scratchpads) in the backend's accounting.
   void account(size_t bytes) {
     plan_bytes_ += bytes;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cpu/conv_loops.h"
+#include "backend/device_info.h"
 
 namespace mpx::cpu {
 
@@ -59,7 +60,8 @@ void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, flo
 /// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution's forward and
 /// backward-data passes (or its weight gradient, `wgrad`): 4, 2, or 0 for oneDNN's kernel. A
 /// fixed rule (shape, ISA), never a timing: a run and its resume compute the same bits.
-int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad = false);
+int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad = false,
+                  WinogradMode configured = WinogradMode::Auto);
 
 /// y = conv(x, w) + b (then relu when asked) by Winograd when winograd_tile() is not 0; returns
 /// false (nothing written) otherwise.

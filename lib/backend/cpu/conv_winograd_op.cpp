@@ -5,6 +5,7 @@
 // machine (a run and its resume) picks the same kernel and computes the same bits.
 #include <omp.h>
 
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,21 +21,21 @@ namespace {
 
 using conv_detail::Geo;
 
-enum class WinoMode { Off, Auto, F4, F2 };
-
 // MPX_CONV_WINOGRAD: off (oneDNN's direct kernels), auto (the shape rule), on (F(4x4,3x3)
-// wherever it applies), f2 (F(2x2,3x3) wherever it applies). Unset is auto.
-WinoMode wino_mode() {
-  static const WinoMode m = [] {
+// wherever it applies), f2 (F(2x2,3x3) wherever it applies). When set, it takes the place
+// of the config's cpu.winograd (`configured`); unset, the config decides.
+WinogradMode wino_mode(WinogradMode configured) {
+  static const std::optional<WinogradMode> env = []() -> std::optional<WinogradMode> {
     const std::string v = env_string("MPX_CONV_WINOGRAD");
-    if (v.empty() || v == "auto") return WinoMode::Auto;
-    if (v == "off") return WinoMode::Off;
-    if (v == "on" || v == "f4") return WinoMode::F4;
-    if (v == "f2") return WinoMode::F2;
+    if (v.empty()) return std::nullopt;
+    if (v == "auto") return WinogradMode::Auto;
+    if (v == "off") return WinogradMode::Off;
+    if (v == "on" || v == "f4") return WinogradMode::F4;
+    if (v == "f2") return WinogradMode::F2;
     throw ConfigError("environment variable MPX_CONV_WINOGRAD='" + v +
                       "': expected off, auto, on or f2 (or unset it)");
   }();
-  return m;
+  return env ? *env : configured;
 }
 
 /// 3x3, stride 1, padding 0..2 on each side: what the kernel computes (forward and
@@ -86,17 +87,17 @@ WinoGeo with_block(WinoGeo wg) {
 
 }  // namespace
 
-int winograd_tile(const Conv2dParams& p, const Geo& g, bool wgrad) {
-  const WinoMode mode = wino_mode();
-  if (mode == WinoMode::Off || !applies(p, g)) return 0;
-  if (mode == WinoMode::F4) return 4;
-  if (mode == WinoMode::F2) return 2;
+int winograd_tile(const Conv2dParams& p, const Geo& g, bool wgrad, WinogradMode configured) {
+  const WinogradMode mode = wino_mode(configured);
+  if (mode == WinogradMode::Off || !applies(p, g)) return 0;
+  if (mode == WinogradMode::F4) return 4;
+  if (mode == WinogradMode::F2) return 2;
   return rule(g, wgrad) ? 4 : 0;
 }
 
 bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* w,
                       const float* b, bool relu, float* y) {
-  const int m = winograd_tile(p, g);
+  const int m = winograd_tile(p, g, false, ctx.winograd);
   if (m == 0) return false;
   note(ctx, kWinoFwd, p, g, m);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
@@ -110,7 +111,7 @@ bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const f
 bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* dy,
                               float* dw, float* db) {
   static const bool gemm_asked = env_string("MPX_CONV_WGRAD") == "gemm";
-  const int m = gemm_asked ? 0 : winograd_tile(p, g, true);
+  const int m = gemm_asked ? 0 : winograd_tile(p, g, true, ctx.winograd);
   if (m == 0) return false;
   note(ctx, kWinoBwdFilter, p, g, m);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
@@ -121,7 +122,7 @@ bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g,
 
 bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const Geo& g, const float* dy, const float* w,
                             float* dx) {
-  const int m = winograd_tile(p, g);
+  const int m = winograd_tile(p, g, false, ctx.winograd);
   if (m == 0) return false;
   note(ctx, kWinoBwdData, p, g, m);
   // dx = dy convolved with w turned by 180 degrees, K in and C out, padding 2 - the forward's.
