@@ -25,6 +25,9 @@ class ActivationLayer : public Layer {
     if (!act_.is_none()) Layer::plan_dx(c);
   }
 
+  bool ends_in_relu() const override { return act_ == Activation::Relu; }
+  void skip_relu_backward() override { backward_by_next_ = true; }
+
   Tensor forward(Context& c, const Tensor& x) override {
     if (act_.is_none()) return x;
     x_ = x;  // the layer before keeps it (its output) for the backward pass
@@ -35,7 +38,7 @@ class ActivationLayer : public Layer {
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
-    if (act_.is_none()) return dy;
+    if (act_.is_none() || backward_by_next_) return dy;
     const int64_t n = dy.shape[0];
     const Tensor dx = dx_.at(n);
     c.be->activation_backward(act_, act_.backward_reads() == ActSaved::Input ? x_ : y_.at(n), dy, dx);
@@ -44,6 +47,7 @@ class ActivationLayer : public Layer {
 
  private:
   Activation act_;
+  bool backward_by_next_ = false;  // the next layer computes this relu's gradient (Layer::fuse_input_relu)
   Planned y_;
   Tensor x_;
 };
