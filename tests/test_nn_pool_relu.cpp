@@ -4,7 +4,8 @@
 // bits with the fusion on and off (MPX_CPU_FUSE=0), under float32 and the 16-bit
 // policies, for a relu fused into conv2d and for a relu activation layer; and the fusion
 // really ran (the pool layer's input gradient is then already zero where the relu was
-// not active) only where the rule allows it (not after leaky_relu, not across a cast).
+// not active), releasing the relu gradient buffers it makes unnecessary, only where the
+// rule allows it (not after leaky_relu, not across a cast).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -31,16 +32,19 @@ struct Fuse {
 
 struct Run {
   std::vector<float> grads, input_grad;
-  int64_t routed_past_relu = 0;  // pool input-gradient entries nonzero where the pool's input is <= 0
+  int64_t routed_past_relu = 0;
+  size_t workspace_bytes = 0;  // pool input-gradient entries nonzero where the pool's input is <= 0
 };
 
 constexpr int kH = 10, kW = 10, kC = 2, kClasses = 3, kN = 4;
 
 Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse) {
   Fuse f(fuse);
+  Run r;
   auto be = create_backend("cpu");
   Model m(support::model_config(layers), policy, *be, kH, kW, kC, kClasses, kN);
   m.init_params(11);
+  r.workspace_bytes = m.memory_report().workspace_bytes;
   const std::vector<float> xh = support::random_vec(static_cast<size_t>(kN * kH * kW * kC), 3, -2.0, 2.0);
   const std::vector<float> ph = support::random_vec(static_cast<size_t>(kN * kClasses), 4);
   Buffer xb = be->alloc(xh.size() * 4, "test input"), pb = be->alloc(ph.size() * 4, "test projection");
@@ -49,7 +53,6 @@ Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse) {
   be->upload(proj, ph.data());
   m.forward_float(x, true, 7, 3);
   m.backward(proj);
-  Run r;
   r.grads = support::download_f32(*be, m.grads());
   r.input_grad = support::download_f32(*be, m.input_grad());
   const std::vector<LayerTensors> lt = m.layer_tensors();
@@ -88,6 +91,9 @@ TEST_CASE("relu then max_pool: the same gradient bits with the fusion on and off
       {conv_layer(5, 3), relu, pool_layer(LayerType::MaxPool, 3, 2, Padding::Same), relu_conv(4),
        pool_layer(LayerType::MaxPool, 2), make_layer(LayerType::Flatten), dense_layer(kClasses)},
   };
+  // The relu gradient buffers the fusion releases, per sample in elements: net 0's conv
+  // output [8, 8, 6]; net 1's relu layer [8, 8, 5] and second conv [2, 2, 4].
+  const std::vector<size_t> released = {8 * 8 * 6, 8 * 8 * 5 + 2 * 2 * 4};
   for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16, Policy::MixedFloat16})
     for (size_t i = 0; i < nets.size(); ++i) {
       INFO("net " << i << ", policy " << policy_name(policy));
@@ -96,6 +102,8 @@ TEST_CASE("relu then max_pool: the same gradient bits with the fusion on and off
       same_bits(on.input_grad, off.input_grad, "input gradient");
       CHECK(on.routed_past_relu == 0);  // the pool computed the relu's gradient too
       CHECK(off.routed_past_relu > 0);  // two passes: the pool's own gradient, relu after it
+      const size_t bytes = policy == Policy::Float32 ? 4 : 2;
+      CHECK(off.workspace_bytes - on.workspace_bytes == released[i] * kN * bytes);
     }
 }
 
@@ -112,5 +120,6 @@ TEST_CASE("relu then max_pool: no fusion after leaky_relu or across a dtype chan
     const Run on = run(nets[i], Policy::MixedBFloat16, true), off = run(nets[i], Policy::MixedBFloat16, false);
     same_bits(on.grads, off.grads, "weight gradients");
     CHECK(on.routed_past_relu > 0);  // not fused: the pool's own gradient
+    CHECK(on.workspace_bytes == off.workspace_bytes);
   }
 }

@@ -53,7 +53,7 @@ class Conv2d : public Layer {
   }
 
   bool ends_in_relu() const override { return act_.is_relu(); }
-  void skip_relu_backward() override { act_.backward_by_next = true; }
+  void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
 
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;

@@ -22,11 +22,15 @@ class ActivationLayer : public Layer {
   }
 
   void plan_dx(Context& c) override {
-    if (!act_.is_none()) Layer::plan_dx(c);
+    if (!act_.is_none() && !backward_by_next_) Layer::plan_dx(c);
   }
 
   bool ends_in_relu() const override { return act_ == Activation::Relu; }
-  void skip_relu_backward() override { backward_by_next_ = true; }
+  void skip_relu_backward(Context& c) override {
+    backward_by_next_ = true;  // backward returns dy: its input-gradient buffer goes unused
+    c.workspace_bytes -= dx_.buf.bytes();
+    dx_ = Planned();
+  }
 
   Tensor forward(Context& c, const Tensor& x) override {
     if (act_.is_none()) return x;

@@ -101,6 +101,8 @@ struct FusedActivation {
   /// Set at plan time when the next layer computes this relu's gradient along with its own
   /// (Layer::fuse_input_relu); backward then returns dy unchanged.
   bool backward_by_next = false;
+  /// Sets backward_by_next and releases the gradient buffer it no longer needs.
+  void hand_backward_to_next(Context& c);
   /// Whether the layer's output is a relu's output (relu exactly, not leaky_relu).
   bool is_relu() const { return act == Activation::Relu; }
   /// Parses cfg's activation and plans the buffers for outputs of per-sample shape `out`.
@@ -148,7 +150,7 @@ class Layer {
   /// gradient to the next layer.
   virtual bool ends_in_relu() const { return false; }
   /// Called on such a layer when the next layer took the relu's gradient over.
-  virtual void skip_relu_backward() {}
+  virtual void skip_relu_backward(Context& /*c*/) {}
   /// Whether this layer computes, along with its own, the gradient of the relu whose output
   /// is its input; when it returns true it does so from then on.
   virtual bool fuse_input_relu() { return false; }

@@ -61,6 +61,12 @@ Tensor FusedActivation::backward(Context& c, const Tensor& y, const Tensor& dy) 
   return g;
 }
 
+void FusedActivation::hand_backward_to_next(Context& c) {
+  backward_by_next = true;
+  c.workspace_bytes -= dz.buf.bytes();
+  dz = Planned();
+}
+
 // ---- Context -------------------------------------------------------------------
 
 Planned Context::plan(DType t, Shape per_sample, const std::string& what, bool kept) {
@@ -247,7 +253,7 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
   // them) and returns an input gradient; MPX_CPU_FUSE=0 turns it off.
   if (need_dx && !steps_.empty() && in_dtype == layer->dtype() && steps_.back().layer->dtype() == in_dtype &&
       steps_.back().layer->ends_in_relu() && env_flag("MPX_CPU_FUSE", true) && layer->fuse_input_relu())
-    steps_.back().layer->skip_relu_backward();
+    steps_.back().layer->skip_relu_backward(c);
   out_shape_ = layer->out_shape();
   out_dtype_ = layer->dtype();
   s.layer = std::move(layer);
