@@ -222,6 +222,11 @@ class Backend {
   void pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
   /// Max pooling routes dy to the first maximum of each window (recomputed from x, y).
   void pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  /// Max pooling's backward and, in the same call, the backward of the relu whose output
+  /// is x: dx = the pool gradient where x > 0, else 0; the same bits as pool_backward
+  /// followed by activation_backward(relu, x, dx, dx) (docs/cpu-performance.md).
+  void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& dx);
   /// x: [N,H,W,C] -> y: [N,C] (mean over H, W).
   void global_avg_pool_forward(const Tensor& x, const Tensor& y);
   void global_avg_pool_backward(const Tensor& dy, const Tensor& dx);
@@ -369,6 +374,9 @@ class Backend {
   virtual void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) = 0;
   virtual void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                                   const Tensor& dx) = 0;
+  /// The base composes pool_backward_impl and activation_backward_impl; the CPU backend fuses.
+  virtual void max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
+                                           const Tensor& dy, const Tensor& dx);
   virtual void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) = 0;
   virtual void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) = 0;
   virtual void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -167,6 +167,27 @@ void Backend::pool_backward(const PoolParams& p, const Tensor& x, const Tensor& 
   pool_backward_impl(p, x, y, dy, dx);
 }
 
+void Backend::max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                     const Tensor& dx) {
+  const char* op = "max_pool_relu_backward";
+  MPX_VALIDATE(p.kind == PoolKind::Max, "{}: needs max pooling, got average", op);
+  check_pool_shapes(op, p, x, y);
+  require_data(op, "dy", dy);
+  require_data(op, "dx", dx);
+  require_same_dtype(op, "x", x, "dy", dy);
+  require_same_dtype(op, "x", x, "dx", dx);
+  require_same_shape(op, "y", y, "dy", dy);
+  require_same_shape(op, "x", x, "dx", dx);
+  if (dx.numel() == 0) return;
+  max_pool_relu_backward_impl(p, x, y, dy, dx);
+}
+
+void Backend::max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                          const Tensor& dx) {
+  pool_backward_impl(p, x, y, dy, dx);
+  activation_backward_impl(Activation::Relu, x, dx, dx);
+}
+
 void Backend::global_avg_pool_forward(const Tensor& x, const Tensor& y) {
   const char* op = "global_avg_pool_forward";
   require_float(op, "x", x);

@@ -52,6 +52,9 @@ class Conv2d : public Layer {
     act_.plan(c, cfg, is_last, t, out_shape_);
   }
 
+  bool ends_in_relu() const override { return act_.is_relu(); }
+  void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
+
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     const Tensor y = y_.at(x.shape[0]);

@@ -22,7 +22,14 @@ class ActivationLayer : public Layer {
   }
 
   void plan_dx(Context& c) override {
-    if (!act_.is_none()) Layer::plan_dx(c);
+    if (!act_.is_none() && !backward_by_next_) Layer::plan_dx(c);
+  }
+
+  bool ends_in_relu() const override { return act_ == Activation::Relu; }
+  void skip_relu_backward(Context& c) override {
+    backward_by_next_ = true;  // backward returns dy: its input-gradient buffer goes unused
+    c.workspace_bytes -= dx_.buf.bytes();
+    dx_ = Planned();
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
@@ -35,7 +42,7 @@ class ActivationLayer : public Layer {
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
-    if (act_.is_none()) return dy;
+    if (act_.is_none() || backward_by_next_) return dy;
     const int64_t n = dy.shape[0];
     const Tensor dx = dx_.at(n);
     c.be->activation_backward(act_, act_.backward_reads() == ActSaved::Input ? x_ : y_.at(n), dy, dx);
@@ -44,6 +51,7 @@ class ActivationLayer : public Layer {
 
  private:
   Activation act_;
+  bool backward_by_next_ = false;  // the next layer computes this relu's gradient (Layer::fuse_input_relu)
   Planned y_;
   Tensor x_;
 };

@@ -98,6 +98,13 @@ struct Context {
 struct FusedActivation {
   Activation act;
   Planned pre, dz;
+  /// Set at plan time when the next layer computes this relu's gradient along with its own
+  /// (Layer::fuse_input_relu); backward then returns dy unchanged.
+  bool backward_by_next = false;
+  /// Sets backward_by_next and releases the gradient buffer it no longer needs.
+  void hand_backward_to_next(Context& c);
+  /// Whether the layer's output is a relu's output (relu exactly, not leaky_relu).
+  bool is_relu() const { return act == Activation::Relu; }
   /// Parses cfg's activation and plans the buffers for outputs of per-sample shape `out`.
   void plan(Context& c, const LayerConfig& cfg, bool is_last, DType t, Shape out);
   /// Where the forward op writes the pre-activation (empty when backward does not read it
@@ -136,6 +143,17 @@ class Layer {
   virtual Tensor backward(Context& c, const Tensor& dy, bool need_dx) = 0;
   /// Allocates the input-gradient buffer (normally at build; lazily for the first layer).
   virtual void plan_dx(Context& c);
+
+  // Plan-time fusion of a relu's backward into the next layer's backward, decided by the
+  // Sequence where it connects two layers (docs/cpu-performance.md "Max pooling after relu").
+  /// Whether the layer's output is a relu's output and its backward can leave that relu's
+  /// gradient to the next layer.
+  virtual bool ends_in_relu() const { return false; }
+  /// Called on such a layer when the next layer took the relu's gradient over.
+  virtual void skip_relu_backward(Context& /*c*/) {}
+  /// Whether this layer computes, along with its own, the gradient of the relu whose output
+  /// is its input; when it returns true it does so from then on.
+  virtual bool fuse_input_relu() { return false; }
 
   /// Trainable + non-trainable parameter count (nested layers included).
   virtual int64_t param_count(const Context& c) const;

@@ -41,6 +41,11 @@ class Pool : public Layer {
     y_ = c.plan(t, out_shape_, name() + " output", true);
   }
 
+  bool fuse_input_relu() override {
+    relu_input_ = p_.kind == PoolKind::Max;
+    return relu_input_;
+  }
+
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     const Tensor y = y_.at(x.shape[0]);
@@ -51,12 +56,16 @@ class Pool : public Layer {
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
     const Tensor dx = dx_.at(dy.shape[0]);
-    c.be->pool_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
+    if (relu_input_)
+      c.be->max_pool_relu_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
+    else
+      c.be->pool_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
     return dx;
   }
 
  private:
   PoolParams p_;
+  bool relu_input_ = false;  // x is a relu's output whose gradient this layer computes too
   Planned y_;
   Tensor x_;
 };

@@ -4,6 +4,7 @@
 // between them, and make_layer(), the one place that knows every layer type.
 #include <fmt/format.h>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "nn/layer.h"
 
@@ -53,11 +54,17 @@ void FusedActivation::plan(Context& c, const LayerConfig& cfg, bool is_last, DTy
 }
 
 Tensor FusedActivation::backward(Context& c, const Tensor& y, const Tensor& dy) const {
-  if (act.is_none()) return dy;
+  if (act.is_none() || backward_by_next) return dy;
   const int64_t n = dy.shape[0];
   const Tensor g = dz.at(n);
   c.be->activation_backward(act, act.backward_reads() == ActSaved::Input ? pre.at(n) : y, dy, g);
   return g;
+}
+
+void FusedActivation::hand_backward_to_next(Context& c) {
+  backward_by_next = true;
+  c.workspace_bytes -= dz.buf.bytes();
+  dz = Planned();
 }
 
 // ---- Context -------------------------------------------------------------------
@@ -241,6 +248,12 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
     s.in_cast = c.plan(layer->dtype(), layer->in_shape(), layer->name() + " input cast", true);
     if (need_dx) s.dx_cast = c.plan(in_dtype, layer->in_shape(), layer->name() + " input gradient cast", false);
   }
+  // A relu's backward fused into the next layer's (docs/cpu-performance.md "Max pooling after
+  // relu"): only when the next layer reads the relu's output tensor itself (no cast between
+  // them) and returns an input gradient; MPX_CPU_FUSE=0 turns it off.
+  if (need_dx && !steps_.empty() && in_dtype == layer->dtype() && steps_.back().layer->dtype() == in_dtype &&
+      steps_.back().layer->ends_in_relu() && env_flag("MPX_CPU_FUSE", true) && layer->fuse_input_relu())
+    steps_.back().layer->skip_relu_backward(c);
   out_shape_ = layer->out_shape();
   out_dtype_ = layer->dtype();
   s.layer = std::move(layer);

@@ -234,6 +234,11 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("pool_backward");
     cpu::pool_backward(ctx_, p, x, y, dy, dx);
   }
+  void max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                   const Tensor& dx) override {
+    MPX_OP_TIMER("max_pool_relu_backward");
+    cpu::pool_backward(ctx_, p, x, y, dy, dx, true);
+  }
   void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override {
     MPX_OP_TIMER("global_avg_pool_forward");
     cpu::global_avg_pool_forward(ctx_, x, y);

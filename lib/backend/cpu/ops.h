@@ -43,8 +43,9 @@ void add(const Tensor& a, const Tensor& b, const Tensor& y);
 
 // pool.cpp
 void pool_forward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y);
+/// relu_input (max pooling only): x is a relu's output, and dx is also that relu's gradient.
 void pool_backward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                   const Tensor& dx);
+                   const Tensor& dx, bool relu_input = false);
 void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y);
 void global_avg_pool_backward(Context& ctx, const Tensor& dy, const Tensor& dx);
 

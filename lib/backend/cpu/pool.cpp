@@ -93,12 +93,12 @@ void tiled_max_forward_dispatch(const PGeo& g, const float* x, float* y) {
     base::tiled_max_forward(t, x, y);
 }
 
-void tiled_max_backward_dispatch(const PGeo& g, const float* x, const float* dy, float* dx) {
+void tiled_max_backward_dispatch(const PGeo& g, const float* x, const float* dy, float* dx, bool relu) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
   if (cpu_has_avx2())
-    avx2::tiled_max_backward(t, x, dy, dx);
+    avx2::tiled_max_backward(t, x, dy, dx, relu);
   else
-    base::tiled_max_backward(t, x, dy, dx);
+    base::tiled_max_backward(t, x, dy, dx, relu);
 }
 
 // ---- oneDNN average pooling ------------------------------------------------------------
@@ -205,7 +205,8 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
 }
 
 void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
-                   const Tensor& dx) {
+                   const Tensor& dx, bool relu_input) {
+  MPX_CHECK(!relu_input || pp.kind == PoolKind::Max);
   const PGeo g = geometry(pp, x.shape);
   const float* xf = pp.kind == PoolKind::Max ? f32_in(ctx, kSlotX, x) : nullptr;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
@@ -216,7 +217,7 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
     return;
   }
   if (tiled_max(pp, g) && !reference_loops()) {
-    tiled_max_backward_dispatch(g, xf, dyf, dxf);
+    tiled_max_backward_dispatch(g, xf, dyf, dxf, relu_input);
     f32_commit(dxf, dx);
     return;
   }
@@ -250,7 +251,10 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
                     at[c] = base + c;
                   }
               }
-            for (int64_t c = 0; c < nc; ++c) dxf[at[c]] += dyo[c0 + c];
+            // relu_input: the relu's backward too (0 where x <= 0, NaN included), applied to
+            // each contribution, which gives the same bits as masking the sum afterwards.
+            for (int64_t c = 0; c < nc; ++c)
+              if (!relu_input || xf[at[c]] > 0.0f) dxf[at[c]] += dyo[c0 + c];
           }
         } else {
           const float inv = 1.0f / static_cast<float>((h1 - h0) * (w1 - w0));

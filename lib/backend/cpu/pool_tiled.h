@@ -14,7 +14,8 @@ struct TiledGeo {
 
 namespace avx2 {
 void tiled_max_forward(const TiledGeo& g, const float* x, float* y);
-void tiled_max_backward(const TiledGeo& g, const float* x, const float* dy, float* dx);
+/// relu: also the backward of the relu whose output x is (dx = 0 where x <= 0).
+void tiled_max_backward(const TiledGeo& g, const float* x, const float* dy, float* dx, bool relu);
 }  // namespace avx2
 
 }  // namespace mpx::cpu
