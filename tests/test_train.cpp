@@ -6,6 +6,7 @@
 // as its own test, mnist_policies_e2e): one epoch of the smoke net on
 // real MNIST under the three policies.
 #include <catch2/catch.hpp>
+#include <mpx/config.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -131,7 +132,15 @@ TEST_CASE("resolve_device: cpu, and auto says why", "[train][policy]") {
   CHECK(resolve_device("cpu").device == "cpu");
   const ResolvedDevice d = resolve_device("auto");
   CHECK(!d.reason.empty());
-  if (cuda_device_count() == 0) CHECK(d.device == "cpu");
+  if (cuda_device_count() == 0) {
+    CHECK(d.device == "cpu");
+    // The reason matches how this mpx was built (the build's config header decides).
+#if MPX_WITH_CUDA
+    CHECK(d.reason == "device auto: no CUDA device found, using the CPU");
+#else
+    CHECK(d.reason == "device auto: this mpx was built without CUDA, using the CPU");
+#endif
+  }
 }
 
 TEST_CASE("precision_warnings", "[train][policy]") {

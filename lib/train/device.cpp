@@ -2,6 +2,8 @@
 // Device and policy resolution (device.h).
 #include "train/device.h"
 
+#include <mpx/config.hpp>
+
 #include <fmt/format.h>
 
 #include <fstream>
