@@ -79,26 +79,34 @@ namespace base {
 }  // namespace base
 
 
-// The AVX2 build when cpuid reports AVX2, unless MPX_CPU_BASELINE=1 (tests compare the two).
-bool cpu_has_avx2() {
-  static const bool hw = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2");
-  return hw && !env_flag("MPX_CPU_BASELINE");
+// The widest build cpuid allows (AVX-512F, else AVX2), unless MPX_CPU_BASELINE=1 (tests
+// compare the builds) or MPX_CPU_POOL_ISA=avx2 (caps it at AVX2).
+enum class PoolIsa { Base, Avx2, Avx512 };
+PoolIsa pool_isa() {  // the variables are read at each call: the tests switch them
+  static const PoolIsa hw = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2")
+                                ? (__builtin_cpu_supports("avx512f") ? PoolIsa::Avx512 : PoolIsa::Avx2)
+                                : PoolIsa::Base;
+  if (hw == PoolIsa::Base || env_flag("MPX_CPU_BASELINE")) return PoolIsa::Base;
+  if (hw == PoolIsa::Avx512 && env_string("MPX_CPU_POOL_ISA") == "avx2") return PoolIsa::Avx2;
+  return hw;
 }
 
 void tiled_max_forward_dispatch(const PGeo& g, const float* x, float* y) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
-  if (cpu_has_avx2())
-    avx2::tiled_max_forward(t, x, y);
-  else
-    base::tiled_max_forward(t, x, y);
+  switch (pool_isa()) {
+    case PoolIsa::Avx512: return avx512::tiled_max_forward(t, x, y);
+    case PoolIsa::Avx2: return avx2::tiled_max_forward(t, x, y);
+    case PoolIsa::Base: return base::tiled_max_forward(t, x, y);
+  }
 }
 
 void tiled_max_backward_dispatch(const PGeo& g, const float* x, const float* dy, float* dx, bool relu) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
-  if (cpu_has_avx2())
-    avx2::tiled_max_backward(t, x, dy, dx, relu);
-  else
-    base::tiled_max_backward(t, x, dy, dx, relu);
+  switch (pool_isa()) {
+    case PoolIsa::Avx512: return avx512::tiled_max_backward(t, x, dy, dx, relu);
+    case PoolIsa::Avx2: return avx2::tiled_max_backward(t, x, dy, dx, relu);
+    case PoolIsa::Base: return base::tiled_max_backward(t, x, dy, dx, relu);
+  }
 }
 
 // ---- oneDNN average pooling ------------------------------------------------------------
