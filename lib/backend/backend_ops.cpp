@@ -153,9 +153,10 @@ void Backend::pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y
   pool_forward_impl(p, x, y);
 }
 
-void Backend::pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                            const Tensor& dx) {
-  const char* op = "pool_backward";
+namespace {
+/// The arguments of a pooling backward op: x/y as the forward's, dy like y, dx like x.
+void check_pool_backward(const char* op, const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                         const Tensor& dx) {
   check_pool_shapes(op, p, x, y);
   require_data(op, "dy", dy);
   require_data(op, "dx", dx);
@@ -163,6 +164,12 @@ void Backend::pool_backward(const PoolParams& p, const Tensor& x, const Tensor& 
   require_same_dtype(op, "x", x, "dx", dx);
   require_same_shape(op, "y", y, "dy", dy);
   require_same_shape(op, "x", x, "dx", dx);
+}
+}  // namespace
+
+void Backend::pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& dx) {
+  check_pool_backward("pool_backward", p, x, y, dy, dx);
   if (dx.numel() == 0) return;
   pool_backward_impl(p, x, y, dy, dx);
 }
@@ -171,13 +178,7 @@ void Backend::max_pool_relu_backward(const PoolParams& p, const Tensor& x, const
                                      const Tensor& dx) {
   const char* op = "max_pool_relu_backward";
   MPX_VALIDATE(p.kind == PoolKind::Max, "{}: needs max pooling, got average", op);
-  check_pool_shapes(op, p, x, y);
-  require_data(op, "dy", dy);
-  require_data(op, "dx", dx);
-  require_same_dtype(op, "x", x, "dy", dy);
-  require_same_dtype(op, "x", x, "dx", dx);
-  require_same_shape(op, "y", y, "dy", dy);
-  require_same_shape(op, "x", x, "dx", dx);
+  check_pool_backward(op, p, x, y, dy, dx);
   if (dx.numel() == 0) return;
   max_pool_relu_backward_impl(p, x, y, dy, dx);
 }

@@ -171,15 +171,7 @@ bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tens
   });
   ctx.note_math16(t, key, plan.usable);
   if (!plan.usable) return false;
-  float* dwf = f32_out(ctx, kSlotDW, dw);
-  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  plan.bind(DNNL_ARG_SRC, x.data);
-  plan.bind(DNNL_ARG_DIFF_DST, dy.data);
-  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-  if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-  plan.run(ctx);
-  f32_commit(dwf, dw);
-  if (dbf) f32_commit(dbf, db);
+  run_native_weight_gradient(ctx, plan, x, dy, dw, db);
   return true;
 }
 

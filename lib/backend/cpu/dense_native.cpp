@@ -137,15 +137,7 @@ bool dense_native_backward_weights(Context& ctx, const Tensor& x, const Tensor& 
   });
   ctx.note_math16(t, key, plan.usable);
   if (!plan.usable) return false;
-  float* dwf = f32_out(ctx, kSlotDW, dw);
-  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  plan.bind(DNNL_ARG_SRC, x.data);
-  plan.bind(DNNL_ARG_DIFF_DST, dy.data);
-  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-  if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-  plan.run(ctx);
-  f32_commit(dwf, dw);
-  if (dbf) f32_commit(dbf, db);
+  run_native_weight_gradient(ctx, plan, x, dy, dw, db);
   return true;
 }
 

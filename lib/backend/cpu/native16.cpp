@@ -126,4 +126,17 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
 
 bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
 
+void run_native_weight_gradient(Context& ctx, DnnlPlan& plan, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                const Tensor& db) {
+  float* dwf = f32_out(ctx, kSlotDW, dw);
+  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+  plan.bind(DNNL_ARG_SRC, x.data);
+  plan.bind(DNNL_ARG_DIFF_DST, dy.data);
+  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
+  if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
+  plan.run(ctx);
+  f32_commit(dwf, dw);
+  if (dbf) f32_commit(dbf, db);
+}
+
 }  // namespace mpx::cpu

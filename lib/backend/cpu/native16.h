@@ -68,4 +68,9 @@ P* make_native(Context& ctx, const std::string& what, Build&& build) {
   return plan.release();
 }
 
+/// Runs a usable weight-gradient plan (convolution or inner product) with float32 diff
+/// weights and bias, then rounds them once into dw and db (db may be empty).
+void run_native_weight_gradient(Context& ctx, DnnlPlan& plan, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                const Tensor& db);
+
 }  // namespace mpx::cpu
