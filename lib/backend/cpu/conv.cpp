@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
 // 16-bit operands run on oneDNN's native 16-bit kernels where the CPU has them
-// (conv_native.cpp); otherwise they are widened into float32 scratch, the float32
-// kernel runs, and 16-bit outputs are rounded once from the float32 result.
+// (conv_native.cpp); otherwise Winograd's transforms convert them as they read and write
+// (conv_winograd.inc) where Winograd runs, and elsewhere they are widened into float32
+// scratch, the float32 kernel runs, and 16-bit outputs are rounded once from its result.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -233,6 +234,13 @@ Activation conv_post_op(Activation act, const Tensor& pre) {
   return act.kind == ActKind::Relu || exact_post_op(act) ? act : Activation::None;
 }
 
+/// Whether 16-bit activations a and b (of one dtype) can go to the Winograd kernel as they
+/// are: no float32 copies, the same bits as the widened path (docs/cpu-performance.md,
+/// "16-bit without native math"). Whether Winograd runs for the shape is winograd_tile()'s.
+bool wino_direct(const Tensor& a, const Tensor& b) {
+  return is_16bit(a.dtype) && a.dtype == b.dtype && !reference_loops();
+}
+
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
@@ -245,6 +253,12 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
                     const Tensor& y, Activation act, const Tensor& pre) {
   if (conv_native_forward(ctx, p, x, w, bias, y, act, pre)) return;
   const Geo g = geometry(p, x.shape, w.shape);
+  const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
+  if (wino_direct(x, y) && pre.empty() && (act.is_none() || wino_relu) &&
+      winograd_tile(p, g, false, ctx.winograd) != 0) {
+    const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
+    if (winograd_forward(ctx, p, g, x.data, f32_in(ctx, kSlotW, w), bf, wino_relu, y.data, x.dtype)) return;
+  }
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
@@ -254,7 +268,6 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
     activation_epilogue(act, yf, y, pre);
     return;
   }
-  const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
   if (winograd_forward(ctx, p, g, xf, wf, bf, wino_relu, yf)) {
     activation_epilogue(wino_relu ? Activation::None : act, yf, y, pre);
     return;
@@ -273,6 +286,9 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
                           const Tensor& dx) {
   if (conv_native_backward_data(ctx, p, dy, w, dx)) return;
   const Geo g = geometry(p, dx.shape, w.shape);
+  if (wino_direct(dy, dx) && winograd_tile(p, g, false, ctx.winograd) != 0 &&
+      winograd_backward_data(ctx, p, g, dy.data, f32_in(ctx, kSlotW, w), dx.data, dy.dtype))
+    return;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   float* dxf = f32_out(ctx, kSlotDX, dx);
@@ -292,6 +308,15 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
                             const Tensor& dw, const Tensor& db) {
   if (conv_native_backward_filter(ctx, p, x, dy, dw, db)) return;
   const Geo g = geometry(p, x.shape, dw.shape);
+  if (wino_direct(x, dy)) {
+    float* dwf = f32_out(ctx, kSlotDW, dw);
+    float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+    if (winograd_backward_filter(ctx, p, g, x.data, dy.data, dwf, dbf, x.dtype)) {
+      f32_commit(dwf, dw);
+      if (dbf) f32_commit(dbf, db);
+      return;
+    }
+  }
   const float* xf = f32_in(ctx, kSlotX, x);
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);

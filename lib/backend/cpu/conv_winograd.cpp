@@ -5,12 +5,14 @@
 #include "backend/cpu/conv_winograd.h"
 
 #include <dnnl.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/half.h"
 
 namespace mpx::cpu {
 
@@ -133,10 +135,12 @@ size_t winograd_wgrad_scratch(const WinoGeo& g, int threads) {
   return static_cast<size_t>(wgrad_per_thread(g)) * static_cast<size_t>(threads);
 }
 
-void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch) {
+void conv_winograd_wgrad(const WinoGeo& g, const void* in, const void* dy, float* dw, float* db, float* scratch,
+                         DType io) {
   MPX_CHECK(g.m == 2 || g.m == 4);
+  MPX_CHECK(io == DType::F32 || is_16bit(io));
   const Layout l = layout(g);
-  const WinoBlock b{&g, in, nullptr, nullptr, nullptr, false, l.ldv, l.ldm, l.plane_v, l.plane_m};
+  const WinoBlock b{&g, in, nullptr, nullptr, nullptr, false, io, l.ldv, l.ldm, l.plane_v, l.plane_m};
   const int a = alpha(g);
   const int64_t a2 = a * a, tb = g.tiles_per_block, t_all = tiles(g), blocks = (t_all + tb - 1) / tb;
   const int64_t acc_n = wgrad_acc_floats(g), per = wgrad_per_thread(g);
@@ -190,11 +194,12 @@ void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, flo
   }
 }
 
-void conv_winograd(const WinoGeo& g, const float* in, const float* u, const float* bias, bool relu, float* out,
-                   float* scratch) {
+void conv_winograd(const WinoGeo& g, const void* in, const float* u, const float* bias, bool relu, void* out,
+                   float* scratch, DType io) {
   MPX_CHECK(g.m == 2 || g.m == 4);
+  MPX_CHECK(io == DType::F32 || is_16bit(io));
   const Layout l = layout(g);
-  const WinoBlock b{&g, in, u, bias, out, relu, l.ldv, l.ldm, l.plane_v, l.plane_m};
+  const WinoBlock b{&g, in, u, bias, out, relu, io, l.ldv, l.ldm, l.plane_v, l.plane_m};
   const int64_t a2 = alpha(g) * alpha(g), tb = g.tiles_per_block, t_all = tiles(g);
   const int64_t blocks = (t_all + tb - 1) / tb;
   auto* run = isa() == Isa::Avx512 ? wino_avx512::run_block

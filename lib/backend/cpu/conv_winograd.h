@@ -10,8 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <type_traits>
+
 #include "backend/cpu/conv_loops.h"
 #include "backend/device_info.h"
+#include "core/dtype.h"
 
 namespace mpx::cpu {
 
@@ -24,6 +27,13 @@ struct WinoGeo {
   int m;                // output tile: 4 for F(4x4,3x3), 2 for F(2x2,3x3)
   int64_t tiles_per_block;
 };
+
+/// The storage of an activation element of dtype T: float, or the 16 bits of a bfloat16 or
+/// float16. The kernels read and write activations of one dtype (`io` below); 16-bit ones are
+/// widened as they are read and rounded once as they are written, the same bits as widening
+/// the tensor, running the float32 kernel and rounding its output.
+template <DType T>
+using wino_elem_t = std::conditional_t<T == DType::F32, float, uint16_t>;
 
 /// Default tiles per block of one thread (the GEMMs' row count) for this geometry.
 int64_t winograd_tiles_per_block(const WinoGeo& g);
@@ -40,10 +50,11 @@ void winograd_weights(const WinoGeo& g, const float* w, bool rotated, float* u);
 size_t winograd_scratch(const WinoGeo& g, int threads);
 
 /// out = conv(in, f) (+ bias[o] when bias is not null, then max(0, .) when relu; NaN stays NaN).
-/// u from winograd_weights(); scratch holds winograd_scratch(g, omp_get_max_threads()) floats.
+/// in and out hold `io` elements (F32, BF16 or F16); u from winograd_weights(); scratch holds
+/// winograd_scratch(g, omp_get_max_threads()) floats.
 /// Deterministic: the tiles of a block and the blocks do not depend on the thread count.
-void conv_winograd(const WinoGeo& g, const float* in, const float* u, const float* bias, bool relu, float* out,
-                   float* scratch);
+void conv_winograd(const WinoGeo& g, const void* in, const float* u, const float* bias, bool relu, void* out,
+                   float* scratch, DType io = DType::F32);
 
 /// Floats of scratch conv_winograd_wgrad needs with `threads` OpenMP threads.
 size_t winograd_wgrad_scratch(const WinoGeo& g, int threads);
@@ -53,7 +64,9 @@ size_t winograd_wgrad_scratch(const WinoGeo& g, int threads);
 /// and db[o] = sum dy[...,o] when db is not null, as G^T [sum over tiles (A dy A^T) . (B^T x B)] G.
 /// Each thread sums its own tiles, so the rounding depends on the thread count (as oneDNN's
 /// kernel's and the GEMM weight gradient's do).
-void conv_winograd_wgrad(const WinoGeo& g, const float* in, const float* dy, float* dw, float* db, float* scratch);
+/// in and dy hold `io` elements; dw and db are float32.
+void conv_winograd_wgrad(const WinoGeo& g, const void* in, const void* dy, float* dw, float* db, float* scratch,
+                         DType io = DType::F32);
 
 // ---- the hook of conv.cpp (conv_winograd_op.cpp) ----------------------------------------
 
@@ -64,16 +77,17 @@ int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad =
                   WinogradMode configured = WinogradMode::Auto);
 
 /// y = conv(x, w) + b (then relu when asked) by Winograd when winograd_tile() is not 0; returns
-/// false (nothing written) otherwise.
-bool winograd_forward(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x, const float* w,
-                      const float* b, bool relu, float* y);
+/// false (nothing written) otherwise. x and y hold `io` elements, w and b float32.
+bool winograd_forward(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* x, const float* w,
+                      const float* b, bool relu, void* y, DType io = DType::F32);
 /// dw (and db) of the convolution by Winograd when winograd_tile() is not 0 and
-/// MPX_CONV_WGRAD does not ask for the GEMM kernel.
-bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* x,
-                              const float* dy, float* dw, float* db);
-/// dx = the backward-data convolution of dy by Winograd when winograd_tile() is not 0.
-bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const float* dy,
-                            const float* w, float* dx);
+/// MPX_CONV_WGRAD does not ask for the GEMM kernel. x and dy hold `io` elements.
+bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* x,
+                              const void* dy, float* dw, float* db, DType io = DType::F32);
+/// dx = the backward-data convolution of dy by Winograd when winograd_tile() is not 0. dy and
+/// dx hold `io` elements, w float32.
+bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* dy,
+                            const float* w, void* dx, DType io = DType::F32);
 
 /// Which build of the transforms runs: "avx512", "avx2" or "baseline" (cpuid).
 const char* winograd_isa();
@@ -81,24 +95,26 @@ const char* winograd_isa();
 // The transforms of one block of tiles, built once per ISA (conv_winograd.inc).
 struct WinoBlock {
   const WinoGeo* g;
-  const float *in, *u, *bias;
-  float* out;
+  const void* in;  // `io` elements
+  const float *u, *bias;
+  void* out;  // `io` elements
   bool relu;
+  DType io;
   int64_t ldv, ldm, plane_v, plane_m;  // scratch layout: V[alpha^2][tiles][ldv], M[..][..][ldm]
 };
 namespace wino_base {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
-void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+void wgrad_block(const WinoBlock& b, const void* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
                  float* db);
 }
 namespace wino_avx2 {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
-void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+void wgrad_block(const WinoBlock& b, const void* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
                  float* db);
 }
 namespace wino_avx512 {
 void run_block(const WinoBlock& b, int64_t t0, int64_t nt, float* v, float* m);
-void wgrad_block(const WinoBlock& b, const float* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
+void wgrad_block(const WinoBlock& b, const void* dy, int64_t t0, int64_t nt, float* v, float* m, float* acc,
                  float* db);
 }
 

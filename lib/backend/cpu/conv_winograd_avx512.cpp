@@ -3,12 +3,14 @@
 // (lib/CMakeLists.txt, *_avx512.cpp) and called by conv_winograd.cpp only after cpuid and
 // oneDNN reported AVX-512.
 #include <dnnl.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cpu/conv_winograd.h"
 #include "core/error.h"
+#include "core/half.h"
 
 namespace mpx::cpu::wino_avx512 {
 constexpr int kCB = 16;

@@ -67,15 +67,17 @@ std::string what(const char* op, const Geo& g) {
 }
 
 /// Records the kernel once per op and shape in the Context's kernel list (mpx bench).
-void note(Context& ctx, WinoOp op, const Conv2dParams& p, const Geo& g, int m) {
+void note(Context& ctx, WinoOp op, const Conv2dParams& p, const Geo& g, int m, DType io) {
   PlanKey k;
-  k << op << g.N << g.H << g.W << g.C << g.K << p.pad_top << p.pad_left << p.pad_bottom << p.pad_right << m;
+  k << op << g.N << g.H << g.W << g.C << g.K << p.pad_top << p.pad_left << p.pad_bottom << p.pad_right << m
+    << static_cast<int64_t>(io);
   ctx.plan<WinoNoted>(k, [&] {
     const char* name = op == kWinoFwd       ? "convolution forward"
                        : op == kWinoBwdData ? "convolution backward data"
                                             : "convolution backward weights";
-    ctx.note_kernel(what(name, g),
-                    fmt::format("winograd:F({}x{},3x3) {} + sgemm", m, m, winograd_isa()));
+    ctx.note_kernel(what(name, g), fmt::format("winograd:F({}x{},3x3) {} + sgemm{}", m, m, winograd_isa(),
+                                               is_16bit(io) ? fmt::format(", {} in the transforms", dtype_name(io))
+                                                            : std::string()));
     return new WinoNoted;
   });
 }
@@ -95,42 +97,42 @@ int winograd_tile(const Conv2dParams& p, const Geo& g, bool wgrad, WinogradMode 
   return rule(g, wgrad) ? 4 : 0;
 }
 
-bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* w,
-                      const float* b, bool relu, float* y) {
+bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const void* x, const float* w,
+                      const float* b, bool relu, void* y, DType io) {
   const int m = winograd_tile(p, g, false, ctx.winograd);
   if (m == 0) return false;
-  note(ctx, kWinoFwd, p, g, m);
+  note(ctx, kWinoFwd, p, g, m, io);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
   float* u = ctx.scratch(kSlotTmp1, winograd_weight_floats(wg));
   winograd_weights(wg, w, false, u);
   float* scratch = ctx.scratch(kSlotTmp0, winograd_scratch(wg, omp_get_max_threads()));
-  conv_winograd(wg, x, u, b, relu, y, scratch);
+  conv_winograd(wg, x, u, b, relu, y, scratch, io);
   return true;
 }
 
-bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const float* x, const float* dy,
-                              float* dw, float* db) {
+bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const void* x, const void* dy,
+                              float* dw, float* db, DType io) {
   static const bool gemm_asked = env_string("MPX_CONV_WGRAD") == "gemm";
   const int m = gemm_asked ? 0 : winograd_tile(p, g, true, ctx.winograd);
   if (m == 0) return false;
-  note(ctx, kWinoBwdFilter, p, g, m);
+  note(ctx, kWinoBwdFilter, p, g, m, io);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
   float* scratch = ctx.scratch(kSlotTmp0, winograd_wgrad_scratch(wg, omp_get_max_threads()));
-  conv_winograd_wgrad(wg, x, dy, dw, db, scratch);
+  conv_winograd_wgrad(wg, x, dy, dw, db, scratch, io);
   return true;
 }
 
-bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const Geo& g, const float* dy, const float* w,
-                            float* dx) {
+bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const Geo& g, const void* dy, const float* w,
+                            void* dx, DType io) {
   const int m = winograd_tile(p, g, false, ctx.winograd);
   if (m == 0) return false;
-  note(ctx, kWinoBwdData, p, g, m);
+  note(ctx, kWinoBwdData, p, g, m, io);
   // dx = dy convolved with w turned by 180 degrees, K in and C out, padding 2 - the forward's.
   const WinoGeo wg = with_block({g.N, g.P, g.Q, g.K, g.H, g.W, g.C, 2 - p.pad_top, 2 - p.pad_left, m, 0});
   float* u = ctx.scratch(kSlotTmp1, winograd_weight_floats(wg));
   winograd_weights(wg, w, true, u);
   float* scratch = ctx.scratch(kSlotTmp0, winograd_scratch(wg, omp_get_max_threads()));
-  conv_winograd(wg, dy, u, nullptr, false, dx, scratch);
+  conv_winograd(wg, dy, u, nullptr, false, dx, scratch, io);
   return true;
 }
 

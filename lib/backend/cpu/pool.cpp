@@ -23,6 +23,8 @@
 #include <memory>
 #include <string>
 
+#include <omp.h>
+
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
 #include "backend/cpu/ops.h"
@@ -91,21 +93,21 @@ PoolIsa pool_isa() {  // the variables are read at each call: the tests switch t
   return hw;
 }
 
-void tiled_max_forward_dispatch(const PGeo& g, const float* x, float* y) {
+void tiled_max_forward_dispatch(const PGeo& g, const void* x, void* y, DType dt) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
   switch (pool_isa()) {
-    case PoolIsa::Avx512: return avx512::tiled_max_forward(t, x, y);
-    case PoolIsa::Avx2: return avx2::tiled_max_forward(t, x, y);
-    case PoolIsa::Base: return base::tiled_max_forward(t, x, y);
+    case PoolIsa::Avx512: return avx512::tiled_max_forward(t, x, y, dt);
+    case PoolIsa::Avx2: return avx2::tiled_max_forward(t, x, y, dt);
+    case PoolIsa::Base: return base::tiled_max_forward(t, x, y, dt);
   }
 }
 
-void tiled_max_backward_dispatch(const PGeo& g, const float* x, const float* dy, float* dx, bool relu) {
+void tiled_max_backward_dispatch(const PGeo& g, const void* x, const void* dy, void* dx, bool relu, DType dt) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
   switch (pool_isa()) {
-    case PoolIsa::Avx512: return avx512::tiled_max_backward(t, x, dy, dx, relu);
-    case PoolIsa::Avx2: return avx2::tiled_max_backward(t, x, dy, dx, relu);
-    case PoolIsa::Base: return base::tiled_max_backward(t, x, dy, dx, relu);
+    case PoolIsa::Avx512: return avx512::tiled_max_backward(t, x, dy, dx, relu, dt);
+    case PoolIsa::Avx2: return avx2::tiled_max_backward(t, x, dy, dx, relu, dt);
+    case PoolIsa::Base: return base::tiled_max_backward(t, x, dy, dx, relu, dt);
   }
 }
 
@@ -174,15 +176,14 @@ void avg_pool_dnnl(Context& ctx, const AvgGeo& a, const float* in, float* out, b
 
 void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {
   const PGeo g = geometry(pp, x.shape);
+  if (tiled_max(pp, g) && !reference_loops() && x.dtype == y.dtype) {  // 16-bit too: no copies
+    tiled_max_forward_dispatch(g, x.data, y.data, x.dtype);
+    return;
+  }
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
   if (pp.kind == PoolKind::Avg && !reference_loops()) {
     avg_pool_dnnl(ctx, avg_geo(pp, g), xf, yf, false);
-    f32_commit(yf, y);
-    return;
-  }
-  if (tiled_max(pp, g) && !reference_loops()) {
-    tiled_max_forward_dispatch(g, xf, yf);
     f32_commit(yf, y);
     return;
   }
@@ -216,16 +217,15 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
                    const Tensor& dx, bool relu_input) {
   MPX_CHECK(!relu_input || pp.kind == PoolKind::Max);
   const PGeo g = geometry(pp, x.shape);
+  if (tiled_max(pp, g) && !reference_loops() && x.dtype == dy.dtype && dy.dtype == dx.dtype) {  // 16-bit too
+    tiled_max_backward_dispatch(g, x.data, dy.data, dx.data, relu_input, x.dtype);
+    return;
+  }
   const float* xf = pp.kind == PoolKind::Max ? f32_in(ctx, kSlotX, x) : nullptr;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dxf = f32_out(ctx, kSlotDX, dx);
   if (pp.kind == PoolKind::Avg && !reference_loops()) {
     avg_pool_dnnl(ctx, avg_geo(pp, g), dyf, dxf, true);
-    f32_commit(dxf, dx);
-    return;
-  }
-  if (tiled_max(pp, g) && !reference_loops()) {
-    tiled_max_backward_dispatch(g, xf, dyf, dxf, relu_input);
     f32_commit(dxf, dx);
     return;
   }
@@ -277,8 +277,57 @@ void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Te
   f32_commit(dxf, dx);
 }
 
+namespace {
+
+// 16-bit global average pooling: each thread widens a block of an image's rows into a buffer
+// that stays in its cache and sums it there, so the input is read once and no float32 copy of
+// it is written (docs/cpu-performance.md, "16-bit without native math"). Each block's rows are
+// summed first, then the blocks in order: float32 sums of at most kGapRows terms, and the
+// result does not depend on the thread count.
+constexpr int64_t kGapRows = 32;
+
+void gap_forward_16(Context& ctx, const Tensor& x, const Tensor& y) {
+  const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
+  const size_t per_thread = static_cast<size_t>((kGapRows + 1) * C + 16);
+  float* bufs = ctx.scratch(kSlotTmp0, per_thread * static_cast<size_t>(omp_get_max_threads()));
+  float* yf = f32_out(ctx, kSlotY, y);
+  const float inv = 1.0f / static_cast<float>(HW);
+  const size_t esize = dtype_size(x.dtype);
+#pragma omp parallel
+  {
+    float* rows = bufs + per_thread * static_cast<size_t>(omp_get_thread_num());
+    float* part = rows + kGapRows * C;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* yo = yf + n * C;
+      for (int64_t c = 0; c < C; ++c) yo[c] = 0.0f;
+      for (int64_t i0 = 0; i0 < HW; i0 += kGapRows) {
+        const int64_t nr = std::min(kGapRows, HW - i0);
+        convert(static_cast<const char*>(x.data) + static_cast<size_t>((n * HW + i0) * C) * esize, x.dtype, rows,
+                DType::F32, static_cast<size_t>(nr * C));
+        for (int64_t c = 0; c < C; ++c) part[c] = rows[c];
+        for (int64_t r = 1; r < nr; ++r) {
+          const float* xr = rows + r * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) part[c] += xr[c];
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yo[c] += part[c];
+      }
+      for (int64_t c = 0; c < C; ++c) yo[c] *= inv;
+    }
+  }
+  f32_commit(yf, y);
+}
+
+}  // namespace
+
 void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y) {
   const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
+  if (is_16bit(x.dtype) && !reference_loops()) {
+    gap_forward_16(ctx, x, y);
+    return;
+  }
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
   if (!reference_loops()) {

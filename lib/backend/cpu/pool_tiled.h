@@ -6,21 +6,24 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace mpx::cpu {
 
 struct TiledGeo {
   int64_t N, H, W, C, P, Q, R, S;
 };
 
+// Every tensor of a call holds elements of dtype t: F32, BF16 or F16.
 namespace avx2 {
-void tiled_max_forward(const TiledGeo& g, const float* x, float* y);
+void tiled_max_forward(const TiledGeo& g, const void* x, void* y, DType t);
 /// relu: also the backward of the relu whose output x is (dx = 0 where x <= 0).
-void tiled_max_backward(const TiledGeo& g, const float* x, const float* dy, float* dx, bool relu);
+void tiled_max_backward(const TiledGeo& g, const void* x, const void* dy, void* dx, bool relu, DType t);
 }  // namespace avx2
 
 namespace avx512 {
-void tiled_max_forward(const TiledGeo& g, const float* x, float* y);
-void tiled_max_backward(const TiledGeo& g, const float* x, const float* dy, float* dx, bool relu);
+void tiled_max_forward(const TiledGeo& g, const void* x, void* y, DType t);
+void tiled_max_backward(const TiledGeo& g, const void* x, const void* dy, void* dx, bool relu, DType t);
 }  // namespace avx512
 
 }  // namespace mpx::cpu
