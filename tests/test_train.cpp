@@ -119,13 +119,19 @@ TEST_CASE("resolve_policy follows the docs/precision.md auto table", "[train][po
   CHECK(resolve_policy(Policy::Auto, gpu, &why) == Policy::Float32);
   CHECK(resolve_policy(Policy::MixedFloat16, gpu, &why) == Policy::MixedFloat16);
 
+  // The CPU: the backend's own 16-bit path decides, whatever /proc/cpuinfo says.
   DeviceInfo cpu;
   cpu.name = "cpu";
-  std::ifstream in("/proc/cpuinfo");
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const bool amx = all.find(" amx_bf16") != std::string::npos;
-  CHECK(resolve_policy(Policy::Auto, cpu, &why) == (amx ? Policy::MixedBFloat16 : Policy::Float32));
-  CHECK(why.find("AMX") != std::string::npos);
+  cpu.native_bf16 = true, cpu.math_bf16 = "native bf16 (avx512_core_amx)";
+  CHECK(resolve_policy(Policy::Auto, cpu, &why) == Policy::MixedBFloat16);
+  CHECK(why.find("native bf16 (avx512_core_amx)") != std::string::npos);
+  cpu.native_bf16 = false, cpu.math_bf16 = "widened to float32 (MPX_CPU_16BIT=widen)";
+  CHECK(resolve_policy(Policy::Auto, cpu, &why) == Policy::Float32);
+  CHECK(why.find("MPX_CPU_16BIT=widen") != std::string::npos);
+  // And this process's CPU backend, as `mpx train` resolves it.
+  const DeviceInfo here = create_backend("cpu")->info();
+  CHECK(resolve_policy(Policy::Auto, here, &why) == (here.native_bf16 ? Policy::MixedBFloat16 : Policy::Float32));
+  CHECK(why.find(here.math_bf16) != std::string::npos);
 }
 
 TEST_CASE("resolve_device: cpu, and auto says why", "[train][policy]") {

@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "nn/model.h"
 
 namespace mpx {
@@ -36,20 +34,6 @@ ResolvedDevice resolve_device(const std::string& device) {
   return {device, "device " + device + " (set in the config)"};
 }
 
-namespace {
-
-/// AMX-BF16 on this CPU (the only CPU feature for which oneDNN's bf16 beats f32).
-bool cpu_has_amx_bf16() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
-  }
-  return false;
-}
-
-}  // namespace
-
 Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
   auto say = [&](const std::string& s) {
     if (reason) *reason = s;
@@ -75,11 +59,16 @@ Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
                     cc % 10));
     return Policy::Float32;
   }
-  if (dev.native_bf16 || cpu_has_amx_bf16()) {
-    say("policy auto -> mixed_bfloat16: the CPU has AMX-BF16 (oneDNN's bfloat16 kernels beat float32)");
+  // The CPU backend's own path (docs/precision.md, "16-bit arithmetic on the CPU"): it
+  // follows oneDNN's ISA limit and MPX_CPU_16BIT, as the training's ops will.
+  if (dev.native_bf16) {
+    say("policy auto -> mixed_bfloat16: the CPU runs bfloat16 natively (" + dev.math_bf16 +
+        "; oneDNN's bfloat16 kernels beat float32)");
     return Policy::MixedBFloat16;
   }
-  say("policy auto -> float32: the CPU has no AMX-BF16, so 16-bit math would be emulated and slower than float32");
+  say("policy auto -> float32: bfloat16 math on this CPU is " +
+      (dev.math_bf16.empty() ? std::string("widened to float32") : dev.math_bf16) +
+      ", slower than float32 on most nets");
   return Policy::Float32;
 }
 
