@@ -18,6 +18,7 @@ namespace mpx::cpu {
 
 namespace wino_base {
 constexpr int kCB = 4;
+#include "backend/cpu/elem16.inc"
 #include "backend/cpu/conv_winograd.inc"
 }  // namespace wino_base
 

@@ -10,9 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <type_traits>
-
 #include "backend/cpu/conv_loops.h"
+#include "backend/cpu/elem16.h"
 #include "backend/device_info.h"
 #include "core/dtype.h"
 
@@ -27,13 +26,6 @@ struct WinoGeo {
   int m;                // output tile: 4 for F(4x4,3x3), 2 for F(2x2,3x3)
   int64_t tiles_per_block;
 };
-
-/// The storage of an activation element of dtype T: float, or the 16 bits of a bfloat16 or
-/// float16. The kernels read and write activations of one dtype (`io` below); 16-bit ones are
-/// widened as they are read and rounded once as they are written, the same bits as widening
-/// the tensor, running the float32 kernel and rounding its output.
-template <DType T>
-using wino_elem_t = std::conditional_t<T == DType::F32, float, uint16_t>;
 
 /// Default tiles per block of one thread (the GEMMs' row count) for this geometry.
 int64_t winograd_tiles_per_block(const WinoGeo& g);
@@ -50,7 +42,9 @@ void winograd_weights(const WinoGeo& g, const float* w, bool rotated, float* u);
 size_t winograd_scratch(const WinoGeo& g, int threads);
 
 /// out = conv(in, f) (+ bias[o] when bias is not null, then max(0, .) when relu; NaN stays NaN).
-/// in and out hold `io` elements (F32, BF16 or F16); u from winograd_weights(); scratch holds
+/// in and out hold `io` elements (F32, BF16 or F16; elem16.h): 16-bit ones are widened as they
+/// are read and rounded once as they are written, the same bits as widening the tensor,
+/// running the float32 kernel and rounding its output; u from winograd_weights(); scratch holds
 /// winograd_scratch(g, omp_get_max_threads()) floats.
 /// Deterministic: the tiles of a block and the blocks do not depend on the thread count.
 void conv_winograd(const WinoGeo& g, const void* in, const float* u, const float* bias, bool relu, void* out,

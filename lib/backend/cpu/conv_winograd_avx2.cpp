@@ -14,5 +14,6 @@
 
 namespace mpx::cpu::wino_avx2 {
 constexpr int kCB = 8;
+#include "backend/cpu/elem16.inc"
 #include "backend/cpu/conv_winograd.inc"
 }  // namespace mpx::cpu::wino_avx2
