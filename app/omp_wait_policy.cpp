@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The mpx executable runs libgomp with the passive wait policy unless the user chose
+// The mpx executable runs libgomp with a short spin before idle threads sleep, unless the user chose
 // one. Kept in app/ so that the library and the test executables never re-execute.
 #include <signal.h>
 #include <unistd.h>
@@ -10,14 +10,18 @@
 // libgomp's default makes idle threads spin (GOMP_SPINCOUNT 300000 pause loops) after
 // every parallel region and at every barrier. On the shared 2-core machines mpx runs
 // on, a spinning thread burns the time slice that its partner needs: perf showed ~60%
-// of all samples in libgomp's spin loop; the smoke net at load ~6 on 2 cores ran at
-// 520-650 img/s (user CPU 4.3-4.5 s for 30 steps) with the default and 1450-2550
-// img/s (user 1.2-1.5 s) with OMP_WAIT_POLICY=passive. libgomp reads its environment
-// once, in its initializer, before main(); setenv() in a .preinit_array function is
-// too early instead (libc's environ is not set up yet, so the change is lost). So the
-// executable re-executes itself once with OMP_WAIT_POLICY=passive added, unless the user
-// already chose OMP_WAIT_POLICY or GOMP_SPINCOUNT (set either to keep libgomp's
-// default). Only the mpx executable does this (this file is part of app/, not of the library).
+// of all samples in libgomp's spin loop, and the smoke net at load ~6 ran 2-4x slower
+// than with OMP_WAIT_POLICY=passive (threads sleep at once). Sleeping at once costs a
+// wake-up between every two parallel regions, though, and a step of a small net has dozens
+// of them. So mpx runs libgomp with GOMP_SPINCOUNT=1000: an idle thread spins for a few
+// microseconds, long enough to catch the next region of the same step, then sleeps
+// (measured figures: docs/cpu-performance.md, "OpenMP threads and their wait policy").
+// libgomp reads its environment once, in its initializer, before main(); setenv() in a
+// .preinit_array function is too early instead (libc's environ is not set up yet, so the
+// change is lost). So the executable re-executes itself once with the variable added,
+// unless the user already chose OMP_WAIT_POLICY or GOMP_SPINCOUNT (set either to keep
+// libgomp's default). Only the mpx executable does this (this file is part of app/, not of
+// the library).
 //
 // SIGINT and SIGTERM are blocked from here until main() has installed its handlers
 // (app/main.cpp unblocks them): a Ctrl-C during the start-up, the re-execution included
@@ -39,8 +43,8 @@ static void mpx_omp_wait_policy_preinit(int /*argc*/, char** argv, char** envp) 
     if (n == kMax) return;
     env[n++] = *e;
   }
-  static char passive[] = "OMP_WAIT_POLICY=passive";
-  env[n++] = passive;
+  static char spin[] = "GOMP_SPINCOUNT=1000";
+  env[n++] = spin;
   env[n] = nullptr;
   execve("/proc/self/exe", argv, env);  // returns only on failure: then run with the default
 }

@@ -51,7 +51,11 @@ class Bench:
                         TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
         for k in ("ONEDNN_VERBOSE", "DNNL_VERBOSE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
             self.env.pop(k, None)  # these change what runs; set them per call where wanted
-        if a.omp_wait_policy == "passive":  # what mpx gives itself; spinning threads crawl on a loaded machine
+        if a.omp_wait_policy == "mpx":  # what mpx gives itself: a short spin, then sleep
+            self.env.pop("OMP_WAIT_POLICY", None)
+            self.env["GOMP_SPINCOUNT"] = "1000"
+        elif a.omp_wait_policy == "passive":  # sleep at once
+            self.env.pop("GOMP_SPINCOUNT", None)
             self.env["OMP_WAIT_POLICY"] = "passive"
         elif a.omp_wait_policy == "unset":
             self.env.pop("OMP_WAIT_POLICY", None)
@@ -159,9 +163,10 @@ def main():
     ap.add_argument("--gemm-n", type=int, default=2048)
     ap.add_argument("--keras-python", default=os.path.join(CACHE, "keras", "bin", "python"))
     ap.add_argument("--torch-python", default=os.path.join(CACHE, "torch", "bin", "python"))
-    ap.add_argument("--omp-wait-policy", choices=["passive", "unset", "inherit"], default="passive",
-                    help="OMP_WAIT_POLICY for every tool: passive (mpx's own default), unset (each tool's own "
-                         "default; PyTorch's threads then spin), inherit (as in this shell)")
+    ap.add_argument("--omp-wait-policy", choices=["mpx", "passive", "unset", "inherit"], default="mpx",
+                    help="libgomp's waits for every tool: mpx (GOMP_SPINCOUNT=1000, mpx's own default), passive "
+                         "(OMP_WAIT_POLICY=passive), unset (each tool's own default; PyTorch's threads then spin "
+                         "long), inherit (as in this shell)")
     ap.add_argument("--budget-s", type=float, default=30,
                     help="a peer stops timing after this many seconds of timed steps (slow 16-bit paths)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds one run may take")
