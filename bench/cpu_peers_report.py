@@ -172,7 +172,8 @@ def print_header(b, a, nets, net_table, peers_table):
     print(f"# mpx vs peers on the CPU, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
     print(f"- before: {start}")
     steps = [net_table[n][3 if a.quick else 2] for n in nets]
-    print(f"- threads {a.threads}, OMP_WAIT_POLICY {b.env.get('OMP_WAIT_POLICY', 'unset')}, GOMP_SPINCOUNT {b.env.get('GOMP_SPINCOUNT', 'unset')}, rounds {a.rounds}, "
+    waits = f"OMP_WAIT_POLICY {b.env.get('OMP_WAIT_POLICY', 'unset')}, GOMP_SPINCOUNT {b.env.get('GOMP_SPINCOUNT', 'unset')}"
+    print(f"- threads {a.threads}, {waits}, ISA cap {a.isa_cap}, rounds {a.rounds}, "
           + ", ".join(f"{n} {s} steps after {w} warm-up" for n, (s, w) in zip(nets, steps)))
     b.peers = []
     for peer, (_, setup) in peers_table.items():

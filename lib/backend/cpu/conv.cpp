@@ -16,6 +16,7 @@
 #include "backend/cpu/conv_loops.h"
 #include "backend/cpu/conv_native.h"
 #include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv_wgrad_small.h"
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
@@ -30,7 +31,13 @@ using namespace conv_detail;
 
 // ---- oneDNN primitives ----------------------------------------------------------------
 
-enum ConvOp : int64_t { kConvFwd = 101, kConvBwdData = 102, kConvBwdFilter = 103, kConvWgradChoice = 104 };
+enum ConvOp : int64_t {
+  kConvFwd = 101,
+  kConvBwdData = 102,
+  kConvBwdFilter = 103,
+  kConvWgradChoice = 104,
+  kConvWgradSmall = 108
+};
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
   PlanKey k;
@@ -170,7 +177,8 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 
 // ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
 
-// MPX_CONV_WGRAD: unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" runs
+// MPX_CONV_WGRAD (after the few-channel kernel, use_wgrad_small below, which unset and "auto"
+// run where it applies): unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" runs
 // mpx's where wgrad_gemm_rule() (conv_wgrad.cpp) says, a fixed rule by shape and ISA so that
 // a run and its resume compute the same bits (docs/cpu-performance.md).
 enum class WgradMode { Auto, Gemm, OneDnn };
@@ -222,6 +230,27 @@ bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g) {
     ctx.note_kernel(conv_what("convolution backward weights", g),
                     mode == WgradMode::Gemm ? "gemm:sgemm (MPX_CONV_WGRAD=gemm)" : "gemm:sgemm (MPX_CONV_WGRAD=auto)");
   return c.gemm;
+}
+
+struct WgradSmallNoted : Plan {};
+
+/// Whether this weight gradient runs conv_wgrad_small's loop: its shapes (the first layers),
+/// x and dy of one dtype, and MPX_CONV_WGRAD unset or auto (onednn and gemm ask for those
+/// kernels). Records the kernel once per shape and dtype.
+bool use_wgrad_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Tensor& x, const Tensor& dy) {
+  static const bool asked_other = [] {
+    const std::string v = env_string("MPX_CONV_WGRAD");
+    return v == "onednn" || v == "gemm";
+  }();
+  if (asked_other || reference_loops() || x.dtype != dy.dtype || !conv_wgrad_small_applies(g)) return false;
+  ctx.plan<WgradSmallNoted>(conv_key(kConvWgradSmall, p, g, static_cast<int64_t>(x.dtype)), [&] {
+    ctx.note_kernel(conv_what("convolution backward weights", g),
+                    fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),
+                                is_16bit(x.dtype) ? fmt::format(", {} rows widened in cache", dtype_name(x.dtype))
+                                                  : std::string()));
+    return new WgradSmallNoted;
+  });
+  return true;
 }
 
 // The activation fused into the convolution as a oneDNN post-op: exact_post_op's (dnnl_util.h)
@@ -308,6 +337,15 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
                             const Tensor& dw, const Tensor& db) {
   if (conv_native_backward_filter(ctx, p, x, dy, dw, db)) return;
   const Geo g = geometry(p, x.shape, dw.shape);
+  if (use_wgrad_small(ctx, p, g, x, dy)) {
+    float* dwf = f32_out(ctx, kSlotDW, dw);
+    float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+    float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
+    conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
+    f32_commit(dwf, dw);
+    if (dbf) f32_commit(dbf, db);
+    return;
+  }
   if (wino_direct(x, dy)) {
     float* dwf = f32_out(ctx, kSlotDW, dw);
     float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);

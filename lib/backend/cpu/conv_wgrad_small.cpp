@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// The few-input-channel weight gradient (conv_wgrad_small.h): the rule, the split of the
+// output rows over the OpenMP threads, the threads' sums added in thread order, and the
+// baseline build of the loop (conv_wgrad_small.inc).
+#include "backend/cpu/conv_wgrad_small.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/elem16.h"
+#include "core/half.h"
+
+namespace mpx::cpu {
+
+namespace wsmall_base {
+constexpr int kL = 4;
+constexpr int kRegs = 16;
+#include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv_wgrad_small.inc"
+}  // namespace wsmall_base
+
+namespace {
+
+int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }  // whole 64-byte lines
+
+// Per thread, in floats: acc, db, accd and dbd (doubles: two floats each), xrows, dyrow.
+struct Layout {
+  int64_t acc, db, accd, dbd, xrows, dyrow, per;
+};
+
+Layout layout(const conv_detail::Geo& g) {
+  Layout l{};
+  l.acc = lines((g.R * g.S * g.C + kWgradMaxTaps) * g.K);
+  l.db = lines(g.K);
+  l.accd = lines(2 * g.R * g.S * g.C * g.K);
+  l.dbd = lines(2 * g.K);
+  l.xrows = lines(g.R * wgrad_small_columns(g) * g.C);
+  l.dyrow = lines(g.Q * g.K);
+  l.per = l.acc + l.db + l.accd + l.dbd + l.xrows + l.dyrow;
+  return l;
+}
+
+}  // namespace
+
+bool conv_wgrad_small_applies(const conv_detail::Geo& g) {
+  return g.sh == 1 && g.sw == 1 && g.C >= 1 && g.C <= 4 && (g.K == 16 || g.K == 32 || g.K == 64) &&
+         g.R * g.S * g.C <= 64 && g.P > 0 && g.Q > 0;
+}
+
+size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
+  return static_cast<size_t>(layout(g).per) * static_cast<size_t>(threads);
+}
+
+const char* conv_wgrad_small_isa() { return winograd_isa(); }
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch) {
+  const Layout l = layout(g);
+  const std::string isa = conv_wgrad_small_isa();
+  auto* run = isa == "avx512" ? wsmall_avx512::run : isa == "avx2" ? wsmall_avx2::run : wsmall_base::run;
+  const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
+  const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* base = scratch + l.per * t;
+    auto* accd = reinterpret_cast<double*>(base + l.acc + l.db);
+    auto* dbd = reinterpret_cast<double*>(base + l.acc + l.db + l.accd);
+    float* xrows = base + l.acc + l.db + l.accd + l.dbd;
+    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd};
+    std::fill(base, base + l.acc + l.db, 0.0f);
+    std::fill(accd, accd + J * g.K, 0.0);
+    std::fill(dbd, dbd + g.K, 0.0);
+    run(a, rows * t / nt, rows * (t + 1) / nt);
+#pragma omp barrier
+    // dw[k][j] (KRSC: j = (r*S + s)*C + c) = the threads' accd[j][k] added in thread order.
+    auto sums = [&](int u) { return reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db); };
+    for (int64_t e = J * g.K * t / nt; e < J * g.K * (t + 1) / nt; ++e) {
+      const int64_t k = e / J, j = e % J;
+      double sum = 0.0;
+      for (int u = 0; u < nt; ++u) sum += sums(u)[j * g.K + k];
+      dw[e] = static_cast<float>(sum);
+    }
+    if (db && t == 0)
+      for (int64_t k = 0; k < g.K; ++k) {
+        double sum = 0.0;
+        for (int u = 0; u < nt; ++u) sum += reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db + l.accd)[k];
+        db[k] = static_cast<float>(sum);
+      }
+  }
+}
+
+}  // namespace mpx::cpu

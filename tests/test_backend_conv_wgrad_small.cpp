@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: MIT
+// mpx's weight gradient of stride-1 convolutions with few input channels
+// (lib/backend/cpu/conv_wgrad_small.cpp, docs/cpu-performance.md "The first layer's weight
+// gradient") against the float64 reference, within the bound of its float32 sums (at most
+// kWgradFlushRows output rows each, then float64): 1 to 4 channels, 16/32/64 filters, filters
+// from 1x1 to 5x5, every padding, partial tap blocks, 1 to 3 threads; in 16 bits the bits of
+// the float32 kernel on the widened values; through the backend, the kernel it names.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "backend/cpu/conv_wgrad_small.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+#include "support/reference.h"
+
+using namespace mpx;
+using ref::Vec;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t N, H, W, C, K;
+  int R, S, pt, pl, pb, pr;
+};
+
+cpu::conv_detail::Geo geo(const Case& c, const ref::ConvDims& d) {
+  cpu::conv_detail::Geo g{};
+  g.N = c.N, g.H = c.H, g.W = c.W, g.C = c.C, g.K = c.K, g.R = c.R, g.S = c.S, g.P = d.P, g.Q = d.Q;
+  g.sh = g.sw = 1, g.pt = c.pt, g.pl = c.pl;
+  return g;
+}
+
+std::vector<float> values(Rng& rng, int64_t n, DType t) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = round_to(t, static_cast<float>(rng.uniform() * 2.0 - 1.0));
+  return v;
+}
+
+std::vector<uint16_t> to16(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> r(v.size());
+  convert(v.data(), DType::F32, r.data(), t, v.size());
+  return r;
+}
+
+/// dw and db of the kernel at `threads` threads; x and dy given as float32 values of dtype t.
+std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x,
+                                                      const std::vector<float>& dy, DType t, int threads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dw(static_cast<size_t>(g.K * g.R * g.S * g.C), nan), db(static_cast<size_t>(g.K), nan);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> scratch(cpu::conv_wgrad_small_scratch(g, threads), nan);
+  if (t == DType::F32) {
+    cpu::conv_wgrad_small(g, x.data(), dy.data(), t, dw.data(), db.data(), scratch.data());
+  } else {
+    const std::vector<uint16_t> x16 = to16(x, t), dy16 = to16(dy, t);
+    cpu::conv_wgrad_small(g, x16.data(), dy16.data(), t, dw.data(), db.data(), scratch.data());
+  }
+  omp_set_num_threads(saved);
+  return {dw, db};
+}
+
+}  // namespace
+
+TEST_CASE("few-channel weight gradient: within its float32 summation bound of the float64 reference",
+          "[backend][cpu][conv]") {
+  const Case cases[] = {
+      {"MNIST-like 3x3 valid, C=1, K=32", 3, 12, 11, 1, 32, 3, 3, 0, 0, 0, 0},
+      {"CIFAR-like 3x3 same, C=3, K=64", 2, 9, 10, 3, 64, 3, 3, 1, 1, 1, 1},
+      {"5x5 same, C=2, K=16", 2, 7, 6, 2, 16, 5, 5, 2, 2, 2, 2},
+      {"1x1, C=4, K=32", 3, 5, 4, 4, 32, 1, 1, 0, 0, 0, 0},
+      {"2x2 same (padding after), C=3, K=16", 2, 5, 7, 3, 16, 2, 2, 0, 0, 1, 1},
+      {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
+      {"a tall image: many rows per thread, C=1, K=16", 1, 70, 5, 1, 16, 3, 3, 1, 1, 1, 1},
+  };
+  for (const Case& c : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) DYNAMIC_SECTION(c.name << " " << dtype_name(t)) {
+      Conv2dParams p;
+      p.R = c.R, p.S = c.S, p.pad_top = c.pt, p.pad_left = c.pl, p.pad_bottom = c.pb, p.pad_right = c.pr;
+      const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+      const cpu::conv_detail::Geo g = geo(c, d);
+      REQUIRE(cpu::conv_wgrad_small_applies(g));
+      Rng rng(static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
+      const std::vector<float> x = values(rng, c.N * c.H * c.W * c.C, t), dy = values(rng, c.N * d.P * d.Q * c.K, t);
+      Vec rdb, mdb;
+      const Vec rdw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &rdb);
+      std::vector<float> ax(x.size()), ady(dy.size());
+      for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
+      for (size_t i = 0; i < dy.size(); ++i) ady[i] = std::fabs(dy[i]);
+      const Vec mdw = ref::conv2d_backward_filter(p, d, support::widen(ax), support::widen(ady), &mdb);
+      // float32 sums of at most kWgradFlushRows rows of Q products, then float64, one rounding.
+      const double n = static_cast<double>(cpu::kWgradFlushRows * d.Q + 1), u = std::ldexp(1.0, -24);
+      const double gamma = n * u / (1 - n * u);
+      for (int threads : {1, 2, 3}) {
+        const auto [dw, db] = run(g, x, dy, t, threads);
+        INFO(threads << " threads");
+        for (size_t i = 0; i < dw.size(); ++i) {
+          const double tol = gamma * mdw[i] + u * std::fabs(rdw[i]) + 1e-30;
+          if (!(std::fabs(dw[i] - rdw[i]) <= tol)) FAIL("dw[" << i << "] " << dw[i] << ", reference " << rdw[i]);
+        }
+        for (size_t k = 0; k < db.size(); ++k) {
+          const double tol = gamma * mdb[k] + u * std::fabs(rdb[k]) + 1e-30;
+          if (!(std::fabs(db[k] - rdb[k]) <= tol)) FAIL("db[" << k << "] " << db[k] << ", reference " << rdb[k]);
+        }
+        if (t != DType::F32) {  // 16-bit x and dy: the bits of the float32 kernel on their values
+          const auto [dw32, db32] = run(g, x, dy, DType::F32, threads);
+          support::check_exact("dw against the float32 kernel", dw, dw32);
+          support::check_exact("db against the float32 kernel", db, db32);
+        }
+        CHECK(dw.size() == static_cast<size_t>(c.K * c.R * c.S * c.C));  // counts the checked runs
+      }
+    }
+}
+
+TEST_CASE("few-channel weight gradient: the shapes it takes", "[backend][cpu][conv]") {
+  cpu::conv_detail::Geo g{};
+  g.N = 2, g.H = 8, g.W = 8, g.C = 3, g.K = 32, g.R = 3, g.S = 3, g.P = 8, g.Q = 8, g.sh = 1, g.sw = 1, g.pt = 1,
+  g.pl = 1;
+  CHECK(cpu::conv_wgrad_small_applies(g));
+  auto with = [&](auto f) {
+    cpu::conv_detail::Geo h = g;
+    f(h);
+    return cpu::conv_wgrad_small_applies(h);
+  };
+  CHECK_FALSE(with([](auto& h) { h.sh = 2; }));
+  CHECK_FALSE(with([](auto& h) { h.sw = 2; }));
+  CHECK_FALSE(with([](auto& h) { h.C = 5; }));
+  CHECK_FALSE(with([](auto& h) { h.K = 48; }));
+  CHECK_FALSE(with([](auto& h) { h.R = h.S = 5; }));  // 75 taps
+  CHECK(with([](auto& h) { h.K = 16; }));
+  CHECK(with([](auto& h) { h.K = 64; }));
+}
+
+TEST_CASE("the backend's first-layer weight gradient runs the few-channel kernel and matches float64",
+          "[backend][cpu][conv]") {
+  support::CpuDev d;
+  Rng rng(19);
+  Conv2dParams p;  // 3x3 valid, as the MNIST smoke net's first layer
+  p.R = p.S = 3;
+  const int64_t N = 4, H = 10, W = 9, C = 1, K = 32, P = 8, Q = 7;
+  std::vector<float> xv, dyv;
+  Tensor x = d.rand(rng, DType::F32, Shape{N, H, W, C}, &xv), dy = d.rand(rng, DType::F32, Shape{N, P, Q, K}, &dyv);
+  Tensor dw = d.make(DType::F32, Shape{K, 3, 3, C}), db = d.make(DType::F32, Shape{K});
+  d.be->conv2d_backward_filter(p, x, dy, dw, db);
+  const ref::ConvDims rd = ref::conv_dims(p, N, H, W, C, K);
+  Vec rdb;
+  const Vec rdw = ref::conv2d_backward_filter(p, rd, support::widen(xv), support::widen(dyv), &rdb);
+  support::check_close("dw", d.get(dw), rdw, DType::F32);
+  support::check_close("db", d.get(db), rdb, DType::F32);
+  bool named = false;
+  for (const KernelChoice& k : d.be->kernels())
+    named = named || (k.op.rfind("convolution backward weights", 0) == 0 && k.impl.rfind("mpx:few-channels", 0) == 0);
+  const char* mode = std::getenv("MPX_CONV_WGRAD");
+  const bool other = mode && (std::string(mode) == "onednn" || std::string(mode) == "gemm");
+  if (!std::getenv("MPX_CPU_REFERENCE")) CHECK(named != other);
+}
