@@ -206,14 +206,6 @@ void run_wgrad_gemm(Context& ctx, const Geo& g, const float* x, const float* dy,
   conv_wgrad_gemm(wg, x, dy, dw, db, scratch);
 }
 
-void run_wgrad_onednn(Context& ctx, DnnlPlan& plan, const float* x, const float* dy, float* dw, float* db) {
-  plan.bind(DNNL_ARG_SRC, x);
-  plan.bind(DNNL_ARG_DIFF_DST, dy);
-  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dw);
-  if (db) plan.bind(DNNL_ARG_DIFF_BIAS, db);
-  plan.run(ctx);
-}
-
 /// Whether this shape's weight gradient runs the GEMM kernel; the choice is recorded with
 /// the kernels on the first call of each shape.
 bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g) {
@@ -253,16 +245,6 @@ bool use_wgrad_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Te
   return true;
 }
 
-// The activation fused into the convolution as a oneDNN post-op: exact_post_op's (dnnl_util.h)
-// and relu, when nothing asks for the pre-activation. relu's post-op turns NaN into 0, unlike
-// the backend's relu elsewhere; it stays fused here because the separate NaN-keeping pass
-// would cost as much as half the convolution itself on a cheap first layer (the smoke net's
-// 28x28x1->32 forward: ~1.5x the fused time; test_backend_activations [.bench]).
-Activation conv_post_op(Activation act, const Tensor& pre) {
-  if (!pre.empty()) return Activation::None;
-  return act.kind == ActKind::Relu || exact_post_op(act) ? act : Activation::None;
-}
-
 /// Whether 16-bit activations a and b (of one dtype) can go to the Winograd kernel as they
 /// are: no float32 copies, the same bits as the widened path (docs/cpu-performance.md,
 /// "16-bit without native math"). Whether Winograd runs for the shape is winograd_tile()'s.
@@ -283,14 +265,12 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   if (conv_native_forward(ctx, p, x, w, bias, y, act, pre)) return;
   const Geo g = geometry(p, x.shape, w.shape);
   const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
-  if (wino_direct(x, y) && pre.empty() && (act.is_none() || wino_relu) &&
-      winograd_tile(p, g, false, ctx.winograd) != 0) {
-    const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
-    if (winograd_forward(ctx, p, g, x.data, f32_in(ctx, kSlotW, w), bf, wino_relu, y.data, x.dtype)) return;
-  }
-  const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
+  if (wino_direct(x, y) && pre.empty() && (act.is_none() || wino_relu) &&
+      winograd_forward(ctx, p, g, x.data, wf, bf, wino_relu, y.data, x.dtype))
+    return;
+  const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
   if (reference_loops()) {
     conv_forward_loops(g, xf, wf, bf, yf);
@@ -315,11 +295,9 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
                           const Tensor& dx) {
   if (conv_native_backward_data(ctx, p, dy, w, dx)) return;
   const Geo g = geometry(p, dx.shape, w.shape);
-  if (wino_direct(dy, dx) && winograd_tile(p, g, false, ctx.winograd) != 0 &&
-      winograd_backward_data(ctx, p, g, dy.data, f32_in(ctx, kSlotW, w), dx.data, dy.dtype))
-    return;
-  const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
+  if (wino_direct(dy, dx) && winograd_backward_data(ctx, p, g, dy.data, wf, dx.data, dy.dtype)) return;
+  const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dxf = f32_out(ctx, kSlotDX, dx);
   if (reference_loops()) {
     conv_backward_data_loops(g, dyf, wf, dxf);
@@ -337,38 +315,25 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
                             const Tensor& dw, const Tensor& db) {
   if (conv_native_backward_filter(ctx, p, x, dy, dw, db)) return;
   const Geo g = geometry(p, x.shape, dw.shape);
-  if (use_wgrad_small(ctx, p, g, x, dy)) {
-    float* dwf = f32_out(ctx, kSlotDW, dw);
-    float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-    float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
-    conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
-    f32_commit(dwf, dw);
-    if (dbf) f32_commit(dbf, db);
-    return;
-  }
-  if (wino_direct(x, dy)) {
-    float* dwf = f32_out(ctx, kSlotDW, dw);
-    float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-    if (winograd_backward_filter(ctx, p, g, x.data, dy.data, dwf, dbf, x.dtype)) {
-      f32_commit(dwf, dw);
-      if (dbf) f32_commit(dbf, db);
-      return;
-    }
-  }
-  const float* xf = f32_in(ctx, kSlotX, x);
-  const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (reference_loops()) {
-    conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
-  } else if (!winograd_backward_filter(ctx, p, g, xf, dyf, dwf, dbf)) {
-    if (use_wgrad_gemm(ctx, p, g)) {
-      run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
-    } else {
-      // The bias gradient is a sum over dy's rows, faster in one vectorised pass than in
-      // oneDNN's weight-gradient primitive (docs/cpu-performance.md, "The bias gradient").
-      run_wgrad_onednn(ctx, conv_bwd_filter_plan(ctx, p, g, false), xf, dyf, dwf, nullptr);
-      if (dbf) bias_gradient_rows(dyf, g.N * g.P * g.Q, g.K, dbf);
+  if (use_wgrad_small(ctx, p, g, x, dy)) {
+    float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
+    conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
+  } else if (!(wino_direct(x, dy) && winograd_backward_filter(ctx, p, g, x.data, dy.data, dwf, dbf, x.dtype))) {
+    const float* xf = f32_in(ctx, kSlotX, x);
+    const float* dyf = f32_in(ctx, kSlotDY, dy);
+    if (reference_loops()) {
+      conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
+    } else if (!winograd_backward_filter(ctx, p, g, xf, dyf, dwf, dbf)) {
+      if (use_wgrad_gemm(ctx, p, g)) {
+        run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
+      } else {
+        // The bias gradient is a sum over dy's rows, faster in one vectorised pass than in
+        // oneDNN's weight-gradient primitive (docs/cpu-performance.md, "The bias gradient").
+        run_weight_gradient(ctx, conv_bwd_filter_plan(ctx, p, g, false), xf, dyf, dwf, nullptr);
+        if (dbf) bias_gradient_rows(dyf, g.N * g.P * g.Q, g.K, dbf);
+      }
     }
   }
   f32_commit(dwf, dw);

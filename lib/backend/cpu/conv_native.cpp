@@ -58,28 +58,18 @@ dnnl::convolution_forward::primitive_desc fwd_pd(Context& ctx, const Descs& d, b
                          d.pad_r, make_attr(fused));
 }
 
-/// The activation oneDNN applies before rounding (conv.cpp's rule: relu, and what
-/// exact_post_op allows, when nothing asks for the pre-activation).
-Activation post_op(Activation act, const Tensor& pre) {
+}  // namespace
+
+Activation conv_post_op(Activation act, const Tensor& pre) {
   if (!pre.empty()) return Activation::None;
   return act.kind == ActKind::Relu || exact_post_op(act) ? act : Activation::None;
 }
-
-/// Whether ops in dtype t may take the native path; records the widened ones.
-bool wants_native(Context& ctx, DType t, const PlanKey& key) {
-  if (t == DType::F32) return false;
-  const bool native = path16(t).native && !reference_loops();
-  if (!native) ctx.note_math16(t, key, false);
-  return native;
-}
-
-}  // namespace
 
 bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                          const Tensor& y, Activation act, const Tensor& pre) {
   const DType t = x.dtype;
   const Geo g = geometry(p, x.shape, w.shape);
-  const Activation fused = post_op(act, pre);
+  const Activation fused = conv_post_op(act, pre);
   // The output in 16 bits straight from oneDNN when nothing is left to do after it;
   // otherwise in float32 scratch for activation_epilogue, which rounds once.
   const bool direct = pre.empty() && (act.is_none() || !fused.is_none());
@@ -101,8 +91,7 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
       return pl.impl;
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
+  if (!native_usable(ctx, t, key, plan)) return false;
   plan.bind(DNNL_ARG_SRC, x.data);
   plan.bind(DNNL_ARG_WEIGHTS, w.data);
   if (!bias.empty()) plan.bind(DNNL_ARG_BIAS, f32_in(ctx, kSlotB, bias));
@@ -135,8 +124,7 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
       return pl.impl;
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
+  if (!native_usable(ctx, t, key, plan)) return false;
   plan.bind(DNNL_ARG_DIFF_DST, dy.data);
   plan.bind(DNNL_ARG_WEIGHTS, w.data);
   plan.bind(DNNL_ARG_DIFF_SRC, dx.data);
@@ -157,22 +145,13 @@ bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tens
       const Descs d = descs(p, g, dnnl_dtype(t), dt::f32, dnnl_dtype(t));
       const Descs h = descs(p, g, dnnl_dtype(t), dnnl_dtype(t), dnnl_dtype(t));
       const auto hint = fwd_pd(ctx, h, !db.empty(), Activation::None);
-      const auto pd = dnnlc::conv_bwd_weights(ctx.engine(), d.src, d.wei_any, db.empty() ? nullptr : &d.bias, d.dst,
-                                              d.strides, d.pad_l, d.pad_r, hint, make_attr());
-      if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::convolution_backward_weights(pd);
-      pl.add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
-      if (!db.empty()) pl.args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
-      pl.set_scratchpad(ctx, pd);
-      return pl.impl;
+      const dnnl::memory::desc* bias = db.empty() ? nullptr : &d.bias;
+      const auto pd = dnnlc::conv_bwd_weights(ctx.engine(), d.src, d.wei_any, bias, d.dst, d.strides, d.pad_l,
+                                              d.pad_r, hint, make_attr());
+      return fill_weight_gradient<dnnl::convolution_backward_weights>(ctx, pl, pd, d.src, d.dst, d.wei, bias);
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
-  run_native_weight_gradient(ctx, plan, x, dy, dw, db);
-  return true;
+  return run_native_weight_gradient(ctx, plan, t, key, x, dy, dw, db);
 }
 
 }  // namespace mpx::cpu

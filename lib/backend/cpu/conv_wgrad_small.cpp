@@ -60,8 +60,10 @@ const char* conv_wgrad_small_isa() { return winograd_isa(); }
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch) {
   const Layout l = layout(g);
-  const std::string isa = conv_wgrad_small_isa();
-  auto* run = isa == "avx512" ? wsmall_avx512::run : isa == "avx2" ? wsmall_avx2::run : wsmall_base::run;
+  static auto* const run = [] {
+    const std::string isa = conv_wgrad_small_isa();
+    return isa == "avx512" ? wsmall_avx512::run : isa == "avx2" ? wsmall_avx2::run : wsmall_base::run;
+  }();
   const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

@@ -195,12 +195,7 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   if (reference_loops()) {
     dense_backward_weights_loops(N, Ci, Co, xf, dyf, dwf, dbf);
   } else {
-    DnnlPlan& plan = dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr);
-    plan.bind(DNNL_ARG_SRC, xf);
-    plan.bind(DNNL_ARG_DIFF_DST, dyf);
-    plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-    if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-    plan.run(ctx);
+    run_weight_gradient(ctx, dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr), xf, dyf, dwf, dbf);
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);

@@ -29,14 +29,6 @@ PlanKey dense_native_key(DenseNativeOp op, DType t, int64_t N, int64_t Ci, int64
   return k;
 }
 
-/// Whether this op in dtype t may take the native path; records the widened ones.
-bool dense_wants_native(Context& ctx, DType t, const PlanKey& key) {
-  if (t == DType::F32) return false;
-  const bool native = path16(t).native && !reference_loops();
-  if (!native) ctx.note_math16(t, key, false);
-  return native;
-}
-
 std::string dense_native_what(const char* op, DType t, int64_t N, int64_t Ci, int64_t Co) {
   return fmt::format("{} {} for x [{}, {}], w [{}, {}]", op, dtype_name(t), N, Ci, Co, Ci);
 }
@@ -52,7 +44,7 @@ bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const 
   const bool direct = pre.empty() && (act.is_none() || !fused.is_none());
   PlanKey key = dense_native_key(kNativeFwd, t, kRows, Ci, Co, (bias.empty() ? 0 : 1) | (direct ? 2 : 0));
   key << act_key(fused);
-  if (!dense_wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key)) return false;
   RowsPlan& plan = ctx.plan<RowsPlan>(key, [&] {
     return make_native<RowsPlan>(ctx, dense_native_what("inner product forward", t, kRows, Ci, Co), [&](RowsPlan& pl) {
       const DenseDescs d = dense_descs(kRows, Ci, Co, dnnl_dtype(t), dnnl_dtype(t), direct ? dnnl_dtype(t) : dt::f32);
@@ -70,8 +62,7 @@ bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const 
       return pl.impl;
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
+  if (!native_usable(ctx, t, key, plan)) return false;
   plan.bind(DNNL_ARG_WEIGHTS, w.data);
   if (!bias.empty()) plan.bind(DNNL_ARG_BIAS, f32_in(ctx, kSlotB, bias));
   float* yf = direct ? nullptr : f32_out(ctx, kSlotY, y);
@@ -84,7 +75,7 @@ bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w,
   const DType t = dy.dtype;
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const PlanKey key = dense_native_key(kNativeBwdData, t, kRows, Ci, Co, 0);
-  if (!dense_wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key)) return false;
   RowsPlan& plan = ctx.plan<RowsPlan>(key, [&] {
     const std::string what = dense_native_what("inner product backward data", t, kRows, Ci, Co);
     return make_native<RowsPlan>(ctx, what, [&](RowsPlan& pl) {
@@ -102,8 +93,7 @@ bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w,
       return pl.impl;
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
+  if (!native_usable(ctx, t, key, plan)) return false;
   plan.bind(DNNL_ARG_WEIGHTS, w.data);
   plan.run_rows(ctx, dy.data, dx.data, N);
   return true;
@@ -114,7 +104,7 @@ bool dense_native_backward_weights(Context& ctx, const Tensor& x, const Tensor& 
   const DType t = x.dtype;
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   const PlanKey key = dense_native_key(kNativeBwdWeights, t, N, Ci, Co, db.empty() ? 0 : 1);
-  if (!dense_wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key)) return false;
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     const std::string what = dense_native_what("inner product backward weights", t, N, Ci, Co);
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
@@ -123,22 +113,12 @@ bool dense_native_backward_weights(Context& ctx, const Tensor& x, const Tensor& 
       const DenseDescs h = dense_descs(N, Ci, Co, dnnl_dtype(t), dnnl_dtype(t), dnnl_dtype(t));
       const auto hint = dnnlc::ip_fwd(ctx.engine(), h.src, h.wei_any, db.empty() ? nullptr : &h.bias, h.dst,
                                       make_attr());
-      const auto pd = dnnlc::ip_bwd_weights(ctx.engine(), d.src, d.wei_any, db.empty() ? nullptr : &d.bias, d.dst,
-                                            hint, make_attr());
-      if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::inner_product_backward_weights(pd);
-      pl.add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
-      if (!db.empty()) pl.args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
-      pl.set_scratchpad(ctx, pd);
-      return pl.impl;
+      const dnnl::memory::desc* bias = db.empty() ? nullptr : &d.bias;
+      const auto pd = dnnlc::ip_bwd_weights(ctx.engine(), d.src, d.wei_any, bias, d.dst, hint, make_attr());
+      return fill_weight_gradient<dnnl::inner_product_backward_weights>(ctx, pl, pd, d.src, d.dst, d.wei, bias);
     });
   });
-  ctx.note_math16(t, key, plan.usable);
-  if (!plan.usable) return false;
-  run_native_weight_gradient(ctx, plan, x, dy, dw, db);
-  return true;
+  return run_native_weight_gradient(ctx, plan, t, key, x, dy, dw, db);
 }
 
 }  // namespace mpx::cpu

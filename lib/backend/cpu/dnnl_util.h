@@ -99,6 +99,16 @@ struct DnnlPlan : Plan {
 /// An activation without a post-op runs in activation_epilogue (activation.cpp).
 inline bool exact_post_op(Activation act) { return act.kind == ActKind::LeakyRelu; }
 
+/// Binds a weight-gradient plan's arguments (src x, diff dst dy, diff weights dw and, when db
+/// is not null, diff bias) and runs it.
+inline void run_weight_gradient(Context& ctx, DnnlPlan& plan, const void* x, const void* dy, float* dw, float* db) {
+  plan.bind(DNNL_ARG_SRC, x);
+  plan.bind(DNNL_ARG_DIFF_DST, dy);
+  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dw);
+  if (db) plan.bind(DNNL_ARG_DIFF_BIAS, db);
+  plan.run(ctx);
+}
+
 /// Attribute with a user scratchpad and, unless `fused` is None, its eltwise post-op.
 inline dnnl::primitive_attr make_attr(Activation fused = Activation::None) {
   dnnl::primitive_attr attr;

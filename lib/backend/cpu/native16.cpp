@@ -126,17 +126,22 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
 
 bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
 
-void run_native_weight_gradient(Context& ctx, DnnlPlan& plan, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                const Tensor& db) {
+bool wants_native(Context& ctx, DType t, const PlanKey& key) {
+  if (t == DType::F32) return false;
+  const bool native = path16(t).native && !reference_loops();
+  if (!native) ctx.note_math16(t, key, false);
+  return native;
+}
+
+bool run_native_weight_gradient(Context& ctx, NativePlan& plan, DType t, const PlanKey& key, const Tensor& x,
+                                const Tensor& dy, const Tensor& dw, const Tensor& db) {
+  if (!native_usable(ctx, t, key, plan)) return false;
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  plan.bind(DNNL_ARG_SRC, x.data);
-  plan.bind(DNNL_ARG_DIFF_DST, dy.data);
-  plan.bind(DNNL_ARG_DIFF_WEIGHTS, dwf);
-  if (dbf) plan.bind(DNNL_ARG_DIFF_BIAS, dbf);
-  plan.run(ctx);
+  run_weight_gradient(ctx, plan, x.data, dy.data, dwf, dbf);
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);
+  return true;
 }
 
 }  // namespace mpx::cpu

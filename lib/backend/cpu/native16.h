@@ -68,9 +68,39 @@ P* make_native(Context& ctx, const std::string& what, Build&& build) {
   return plan.release();
 }
 
-/// Runs a usable weight-gradient plan (convolution or inner product) with float32 diff
-/// weights and bias, then rounds them once into dw and db (db may be empty).
-void run_native_weight_gradient(Context& ctx, DnnlPlan& plan, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                const Tensor& db);
+/// Whether an op of dtype t may take the native path (t 16-bit, the path native, not
+/// MPX_CPU_REFERENCE); records the op as widened otherwise.
+bool wants_native(Context& ctx, DType t, const PlanKey& key);
+
+/// Records whether the native plan of op `key` is usable (math16 counts) and returns it.
+template <typename P>
+bool native_usable(Context& ctx, DType t, const PlanKey& key, const P& plan) {
+  ctx.note_math16(t, key, plan.usable);
+  return plan.usable;
+}
+
+/// Fills a native weight-gradient plan (Prim: convolution_backward_weights or
+/// inner_product_backward_weights) from its primitive descriptor: src, diff dst, diff weights
+/// and, when bias is not null, diff bias. Returns the implementation name, for make_native;
+/// a reference kernel leaves the plan unfilled.
+template <typename Prim, typename Pd>
+std::string fill_weight_gradient(Context& ctx, NativePlan& pl, const Pd& pd, const dnnl::memory::desc& src,
+                                 const dnnl::memory::desc& dst, const dnnl::memory::desc& wei,
+                                 const dnnl::memory::desc* bias) {
+  if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
+  pl.prim = Prim(pd);
+  pl.add_arg(ctx, DNNL_ARG_SRC, src, pd.src_desc(), false);
+  pl.add_arg(ctx, DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
+  pl.add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, wei, pd.diff_weights_desc(), true);
+  if (bias) pl.args[DNNL_ARG_DIFF_BIAS] = unbound(*bias, ctx.engine());
+  pl.set_scratchpad(ctx, pd);
+  return pl.impl;
+}
+
+/// Runs the weight-gradient plan of op `key` when it is usable (native_usable) with float32
+/// diff weights and bias, then rounds them once into dw and db (db may be empty); returns
+/// false, having done nothing, when it is not.
+bool run_native_weight_gradient(Context& ctx, NativePlan& plan, DType t, const PlanKey& key, const Tensor& x,
+                                const Tensor& dy, const Tensor& dw, const Tensor& db);
 
 }  // namespace mpx::cpu
