@@ -96,6 +96,13 @@ TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel
   const Run r = run_mpx("bench --config c.yaml --steps 1 --warmup 0 --json", t.path);
   ::setenv("MPX_CONV_WGRAD", "fastest", 1);
   const Run bad = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  // A net whose only weight gradient is a few-channel one (the kernel that runs before any
+  // other would have read the variable) rejects the bad value too.
+  std::string first_only = kConfig;
+  first_only.erase(first_only.find("    - {type: conv2d, filters: 16, kernel: 3, strides: 2"),
+                   std::string("    - {type: conv2d, filters: 16, kernel: 3, strides: 2, activation: relu}\n").size());
+  support::write_file(t.path / "first.yaml", first_only);
+  const Run bad_first = run_mpx("bench --config first.yaml --steps 1 --warmup 0", t.path);
   ::unsetenv("MPX_CONV_WGRAD");
   REQUIRE(r.code == 0);
   std::string first, second;
@@ -110,6 +117,8 @@ TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel
   CHECK(second.find("gemm") == std::string::npos);     // stride 2: oneDNN's
   CHECK(bad.code == 2);
   CHECK(bad.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
+  CHECK(bad_first.code == 2);
+  CHECK(bad_first.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
 }
 
 TEST_CASE("MPX_CONV_WINOGRAD: on puts 3x3 stride-1 convolutions on Winograd, off on oneDNN; a bad value is exit 2",

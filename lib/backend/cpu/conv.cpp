@@ -177,22 +177,10 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
 
 // ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
 
-// MPX_CONV_WGRAD (after the few-channel kernel, use_wgrad_small below, which unset and "auto"
-// run where it applies): unset or "onednn" runs oneDNN's kernel; "gemm" forces mpx's; "auto" runs
-// mpx's where wgrad_gemm_rule() (conv_wgrad.cpp) says, a fixed rule by shape and ISA so that
-// a run and its resume compute the same bits (docs/cpu-performance.md).
-enum class WgradMode { Auto, Gemm, OneDnn };
-WgradMode wgrad_mode() {
-  static const WgradMode m = [] {
-    const std::string v = env_string("MPX_CONV_WGRAD");
-    if (v == "gemm") return WgradMode::Gemm;
-    if (v == "auto") return WgradMode::Auto;
-    if (!v.empty() && v != "onednn")
-      throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected onednn, auto or gemm (or unset it)");
-    return WgradMode::OneDnn;
-  }();
-  return m;
-}
+// The weight-gradient kernels: MPX_CONV_WGRAD (wgrad_mode(), conv_wgrad.h) picks among the
+// few-channel kernel (use_wgrad_small), oneDNN's, and mpx's GEMM kernel, which "auto" runs
+// where wgrad_gemm_rule() (conv_wgrad.cpp) says: a fixed rule by shape and ISA, so that a run
+// and its resume compute the same bits (docs/cpu-performance.md).
 
 struct WgradChoice : Plan {
   bool gemm = false;
@@ -210,7 +198,9 @@ void run_wgrad_gemm(Context& ctx, const Geo& g, const float* x, const float* dy,
 /// the kernels on the first call of each shape.
 bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g) {
   const WgradMode mode = wgrad_mode();
-  if (mode == WgradMode::OneDnn || !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w)) return false;
+  if (mode == WgradMode::Default || mode == WgradMode::OneDnn ||
+      !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w))
+    return false;
   bool made = false;
   WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, 0), [&] {
     made = true;
@@ -230,11 +220,8 @@ struct WgradSmallNoted : Plan {};
 /// x and dy of one dtype, and MPX_CONV_WGRAD unset or auto (onednn and gemm ask for those
 /// kernels). Records the kernel once per shape and dtype.
 bool use_wgrad_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Tensor& x, const Tensor& dy) {
-  static const bool asked_other = [] {
-    const std::string v = env_string("MPX_CONV_WGRAD");
-    return v == "onednn" || v == "gemm";
-  }();
-  if (asked_other || reference_loops() || x.dtype != dy.dtype || !conv_wgrad_small_applies(g)) return false;
+  const WgradMode mode = wgrad_mode();
+  if (!(mode == WgradMode::Default || mode == WgradMode::Auto) || reference_loops() || x.dtype != dy.dtype || !conv_wgrad_small_applies(g)) return false;
   ctx.plan<WgradSmallNoted>(conv_key(kConvWgradSmall, p, g, static_cast<int64_t>(x.dtype)), [&] {
     ctx.note_kernel(conv_what("convolution backward weights", g),
                     fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/context.h"
+#include "backend/cpu/conv_wgrad.h"
 #include "backend/cpu/conv_winograd.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -112,8 +113,7 @@ bool winograd_forward(Context& ctx, const Conv2dParams& p, const Geo& g, const v
 
 bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const Geo& g, const void* x, const void* dy,
                               float* dw, float* db, DType io) {
-  static const bool gemm_asked = env_string("MPX_CONV_WGRAD") == "gemm";
-  const int m = gemm_asked ? 0 : winograd_tile(p, g, true, ctx.winograd);
+  const int m = wgrad_mode() == WgradMode::Gemm ? 0 : winograd_tile(p, g, true, ctx.winograd);
   if (m == 0) return false;
   note(ctx, kWinoBwdFilter, p, g, m, io);
   const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, m, 0});
