@@ -161,11 +161,8 @@ TEST_CASE("16-bit max pooling on the 16-bit values: the bits of the float32 kern
   Tensor y = d.make(t, ys), y32 = d.make(DType::F32, ys);
   d.be->pool_forward(p, x, y);
   d.be->pool_forward(p, x32, y32);
+  // Bit for bit, so where -0 and +0 tie the sign shows that the first in the window was kept.
   support::check_exact("pool_forward", d.get(y), rounded(d.get(y32), t));
-  // -0 and +0 tie: the first in the window is kept, as its sign shows.
-  const std::vector<float> yg = d.get(y), yf = d.get(y32);
-  for (size_t i = 0; i < yg.size(); ++i)
-    if (yf[i] == 0.0f) REQUIRE(std::signbit(yg[i]) == std::signbit(yf[i]));
 
   Tensor dx = d.make(t, xs), dx32 = d.make(DType::F32, xs);
   if (relu) {

@@ -44,6 +44,25 @@ inline double bt(int m, int a, int k) { return std::fabs(m == 4 ? kBT4[a][k] : k
 inline double gm(int m, int a, int r) { return std::fabs(m == 4 ? kG4[a][r] : kG2[a][r]); }
 inline double at(int m, int p, int a) { return std::fabs(m == 4 ? kAT4[p][a] : kAT2[p][a]); }
 
+/// |B^T| |x_t| |B| for the input tile of image n at output position (p0, q0), every input
+/// channel: vd[(i*A + a)*A + b], A = m + 2 (zero outside the input).
+inline void abs_input_tile(int m, int64_t H, int64_t W, int64_t Ci, int64_t pt, int64_t pl, const Vec& in, int64_t n,
+                           int64_t p0, int64_t q0, std::vector<double>& vd) {
+  const int A = m + 2;
+  for (int64_t i = 0; i < Ci; ++i)
+    for (int a = 0; a < A; ++a)
+      for (int b = 0; b < A; ++b) {
+        double s = 0;
+        for (int k = 0; k < A; ++k)
+          for (int l = 0; l < A; ++l) {
+            const int64_t h = p0 - pt + k, w = q0 - pl + l;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            s += bt(m, a, k) * std::fabs(in[static_cast<size_t>(((n * H + h) * W + w) * Ci + i)]) * bt(m, b, l);
+          }
+        vd[static_cast<size_t>((i * A + a) * A + b)] = s;
+      }
+}
+
 /// Y_abs of the header comment: in [N,H,W,Ci], f [Co,3,3,Ci] (the filter as this convolution
 /// applies it), output [N,P,Q,Co] with top/left padding pt, pl.
 inline Vec abs_winograd(int m, int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t P, int64_t Q, int64_t Co, int64_t pt,
@@ -65,18 +84,7 @@ inline Vec abs_winograd(int m, int64_t N, int64_t H, int64_t W, int64_t Ci, int6
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p0 = 0; p0 < P; p0 += m)
       for (int64_t q0 = 0; q0 < Q; q0 += m) {
-        for (int64_t i = 0; i < Ci; ++i)
-          for (int a = 0; a < A; ++a)
-            for (int b = 0; b < A; ++b) {
-              double s = 0;
-              for (int k = 0; k < A; ++k)
-                for (int l = 0; l < A; ++l) {
-                  const int64_t h = p0 - pt + k, w = q0 - pl + l;
-                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
-                  s += bt(m, a, k) * std::fabs(in[static_cast<size_t>(((n * H + h) * W + w) * Ci + i)]) * bt(m, b, l);
-                }
-              vd[static_cast<size_t>((i * A + a) * A + b)] = s;
-            }
+        abs_input_tile(m, H, W, Ci, pt, pl, in, n, p0, q0, vd);
         for (int64_t o = 0; o < Co; ++o) {
           std::fill(mm.begin(), mm.end(), 0.0);
           for (int64_t i = 0; i < Ci; ++i)
@@ -105,18 +113,7 @@ inline Vec abs_winograd_wgrad(int m, int64_t N, int64_t H, int64_t W, int64_t Ci
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p0 = 0; p0 < P; p0 += m)
       for (int64_t q0 = 0; q0 < Q; q0 += m) {
-        for (int64_t i = 0; i < Ci; ++i)
-          for (int a = 0; a < A; ++a)
-            for (int b = 0; b < A; ++b) {
-              double s = 0;
-              for (int k = 0; k < A; ++k)
-                for (int l = 0; l < A; ++l) {
-                  const int64_t h = p0 - pt + k, w = q0 - pl + l;
-                  if (h < 0 || h >= H || w < 0 || w >= W) continue;
-                  s += bt(m, a, k) * std::fabs(in[static_cast<size_t>(((n * H + h) * W + w) * Ci + i)]) * bt(m, b, l);
-                }
-              vd[static_cast<size_t>((i * A + a) * A + b)] = s;
-            }
+        abs_input_tile(m, H, W, Ci, pt, pl, in, n, p0, q0, vd);
         for (int64_t o = 0; o < Co; ++o)
           for (int a = 0; a < A; ++a)
             for (int b = 0; b < A; ++b) {
