@@ -16,10 +16,7 @@ Threads: TensorFlow's intra-op pool gets --threads, its inter-op pool 1.
 Needs the venv of bench/keras_setup.sh. Not a dependency of mpx; the driver
 bench/cpu_peers.py runs it (docs/cpu-performance.md, "Against the peers").
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 import time
 
@@ -29,16 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import keras_twin as kt  # noqa: E402
-
-INPUT_HWC = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
-
-
-def input_shape(cfg):
-    shape = cfg["model"].get("input_shape") or INPUT_HWC.get(cfg["data"]["dataset"])
-    if shape is None:
-        raise SystemExit(f"{cfg.get('name')}: no model.input_shape and no default for {cfg['data']['dataset']}")
-    return tuple(int(v) for v in shape)
-
+import peer_common as pc  # noqa: E402
 
 def optimizer(keras, cfg):
     o = cfg.get("optimizer") or {}
@@ -65,7 +53,7 @@ def run(a):
     batch = a.batch or int(cfg["data"].get("batch_size", 32))
     keras.mixed_precision.set_global_policy(policy)  # compile() adds the loss-scale optimizer for mixed_float16
     tf.random.set_seed(int(cfg.get("seed", 42)))
-    hwc = input_shape(cfg)
+    hwc = pc.input_shape(cfg)
     model = kt.build_model(keras, cfg, policy, hwc)
     model.compile(optimizer=optimizer(keras, cfg),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -87,35 +75,11 @@ def run(a):
     ms = [(t1 - t0) * 1e3 for t0, t1 in zip(ends[a.warmup - 1:], ends[a.warmup:])]
     params = kt.keras_weights(model)
     return {"peer": "tf-keras", "version": f"tensorflow {tf.__version__}, tf-keras {keras.__version__}",
-            "config": a.config, "policy": policy, "batch_size": batch, "threads": a.threads, "steps": len(ms),
-            "images_per_sec": batch * len(ms) / (sum(ms) / 1e3), "step_ms_median": statistics.median(ms),
-            "step_ms_min": min(ms), "step_ms_max": max(ms),
+            "config": a.config, "policy": policy, "batch_size": batch, "threads": a.threads,
+            **pc.step_figures(batch, ms),
             "param_count": int(sum(v.size for v in params.values())),
             "param_shapes": {k: list(v.shape) for k, v in params.items()}}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="mpx YAML config (the net, batch, optimizer, policy)")
-    ap.add_argument("--policy", choices=["float32", "mixed_float16", "mixed_bfloat16"], help="overrides the config's")
-    ap.add_argument("--batch", type=int, default=0, help="overrides data.batch_size")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least 1)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--budget-s", type=float, default=0,
-                    help="stop timing after this many seconds of timed steps (at least 2 steps; 0: no limit)")
-    ap.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
-    a = ap.parse_args()
-    if a.warmup < 1 or a.steps < 1:
-        ap.error("--warmup and --steps must be at least 1")
-    r = run(a)
-    if a.json:
-        print(json.dumps(r))
-    else:
-        print(f"{r['version']} {r['policy']} batch {r['batch_size']} threads {r['threads']}: "
-              f"{r['images_per_sec']:.1f} images/s (step median {r['step_ms_median']:.1f} ms), "
-              f"{r['param_count']} parameters")
-
-
 if __name__ == "__main__":
-    main()
+    pc.main(__doc__, run, min_warmup=1)  # the step time is measured from the end of the previous batch

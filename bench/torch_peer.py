@@ -17,10 +17,7 @@ policy is very slow. Threads: torch.set_num_threads(--threads).
 Needs torch, numpy and pyyaml (bench/torch_setup.sh). Not a dependency of mpx;
 the driver bench/cpu_peers.py runs it (docs/cpu-performance.md, "Against the peers").
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 import time
 
@@ -29,13 +26,13 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import mpx_torch_net as mt  # noqa: E402
+import peer_common as pc  # noqa: E402
 
-INPUT_HWC = {"mnist": (28, 28, 1), "fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 AUTOCAST = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}
 
 
 def build(cfg):
-    hwc = tuple(int(v) for v in (cfg["model"].get("input_shape") or INPUT_HWC[cfg["data"]["dataset"]]))
+    hwc = pc.input_shape(cfg)
     net = mt.MpxNet(cfg, hwc)
     for m in net.modules():  # symmetric padding: let the convolution pad (same numbers, one op less)
         if isinstance(m, mt.Conv) and any(m.pad):
@@ -89,9 +86,7 @@ def run(a):
                 break
     shapes = {k: list(v.shape) for k, v in net.to_mpx().items() if not k.endswith("num_batches_tracked")}
     return {"peer": "pytorch", "version": f"torch {torch.__version__}", "config": a.config, "policy": policy,
-            "batch_size": batch, "threads": torch.get_num_threads(), "steps": len(ms),
-            "images_per_sec": batch * len(ms) / (sum(ms) / 1e3), "step_ms_median": statistics.median(ms),
-            "step_ms_min": min(ms), "step_ms_max": max(ms),
+            "batch_size": batch, "threads": torch.get_num_threads(), **pc.step_figures(batch, ms),
             "param_count": int(sum(p.numel() for p in net.parameters())), "param_shapes": shapes,
             "cpu_capability": cpu_capability()}
 
@@ -104,28 +99,5 @@ def cpu_capability():
         return None
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="mpx YAML config (the net, batch, optimizer, policy)")
-    ap.add_argument("--policy", choices=["float32", "mixed_float16", "mixed_bfloat16"], help="overrides the config's")
-    ap.add_argument("--batch", type=int, default=0, help="overrides data.batch_size")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--budget-s", type=float, default=0,
-                    help="stop timing after this many seconds of timed steps (at least 2 steps; 0: no limit)")
-    ap.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
-    a = ap.parse_args()
-    if a.steps < 1 or a.warmup < 0:
-        ap.error("--steps must be at least 1 and --warmup at least 0")
-    r = run(a)
-    if a.json:
-        print(json.dumps(r))
-    else:
-        print(f"{r['version']} {r['policy']} batch {r['batch_size']} threads {r['threads']}: "
-              f"{r['images_per_sec']:.1f} images/s (step median {r['step_ms_median']:.1f} ms), "
-              f"{r['param_count']} parameters")
-
-
 if __name__ == "__main__":
-    main()
+    pc.main(__doc__, run, min_warmup=0)
