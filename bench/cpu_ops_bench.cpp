@@ -62,26 +62,34 @@ int main(int argc, char** argv) {
     bench_conv(d, "cifar conv1 32x32x3->64 b256", t, 256, 32, 32, 3, 64, same3, false, 3);
     bench_conv(d, "cifar conv2 32x32x64->128 b256", t, 256, 32, 32, 64, 128, same3, true, 3);
   }
-  // The rest of the smoke step: max pool 2x2, dense 5408->10, ReLU backward.
-  Rng rng(6);
-  Tensor a = d.rand(rng, DType::F32, Shape{128, 26, 26, 32});
-  Tensor pooled = d.make(DType::F32, Shape{128, 13, 13, 32});
-  Tensor da = d.make(DType::F32, Shape{128, 26, 26, 32});
-  PoolParams pp;
-  const double pf = time_ms([&] { d.be->pool_forward(pp, a, pooled); }, 20);
-  const double pb = time_ms([&] { d.be->pool_backward(pp, a, pooled, pooled, da); }, 20);
-  Tensor w = d.rand(rng, DType::F32, Shape{10, 5408});
-  Tensor z = d.make(DType::F32, Shape{128, 10});
-  Tensor dz = d.rand(rng, DType::F32, Shape{128, 10});
-  Tensor dw = d.make(DType::F32, Shape{10, 5408}), db = d.make(DType::F32, Shape{10});
-  Tensor dp = d.make(DType::F32, Shape{128, 5408});
-  const double df = time_ms([&] { d.be->dense_forward(pooled, w, db, z, Activation::None); }, 20);
-  const double dbd = time_ms([&] { d.be->dense_backward_data(dz, w, dp); }, 20);
-  const double dbw = time_ms([&] { d.be->dense_backward_weights(pooled, dz, dw, db); }, 20);
-  std::printf("smoke maxpool fwd %.2f ms bwd %.2f ms; dense 5408->10 fwd %.2f bwd-data %.2f bwd-weights %.2f ms\n",
-              pf, pb, df, dbd, dbw);
-  Tensor relu_y = d.make(DType::F32, a.shape);
-  const double rb = time_ms([&] { d.be->activation_backward(Activation::Relu, a, a, relu_y); }, 20);
-  std::printf("relu backward [128,26,26,32] %.2f ms\n", rb);
+  // The rest of the smoke step: max pool 2x2 (and its backward fused with ReLU's),
+  // dense 5408->10, ReLU backward.
+  for (DType t : {DType::F32, DType::BF16}) {
+    Rng rng(6);
+    Tensor a = d.rand(rng, t, Shape{128, 26, 26, 32});
+    Tensor pooled = d.make(t, Shape{128, 13, 13, 32});
+    Tensor dpooled = d.rand(rng, t, Shape{128, 13, 13, 32});
+    Tensor da = d.make(t, Shape{128, 26, 26, 32});
+    PoolParams pp;
+    const double pf = time_ms([&] { d.be->pool_forward(pp, a, pooled); }, 20);
+    const double pb = time_ms([&] { d.be->pool_backward(pp, a, pooled, dpooled, da); }, 20);
+    const double prb = time_ms([&] { d.be->max_pool_relu_backward(pp, a, pooled, dpooled, da); }, 20);
+    Tensor w = d.rand(rng, t, Shape{10, 5408});
+    Tensor b = d.rand(rng, DType::F32, Shape{10});
+    Tensor z = d.make(t, Shape{128, 10});
+    Tensor dz = d.rand(rng, t, Shape{128, 10});
+    Tensor dw = d.make(DType::F32, Shape{10, 5408}), db = d.make(DType::F32, Shape{10});
+    const Tensor flat = pooled.reshaped(Shape{128, 5408});
+    Tensor dp = d.make(t, Shape{128, 5408});
+    const double df = time_ms([&] { d.be->dense_forward(flat, w, b, z, Activation::None); }, 20);
+    const double dbd = time_ms([&] { d.be->dense_backward_data(dz, w, dp); }, 20);
+    const double dbw = time_ms([&] { d.be->dense_backward_weights(flat, dz, dw, db); }, 20);
+    std::printf("smoke %-8s maxpool fwd %.2f bwd %.2f bwd+relu %.2f ms; dense 5408->10 fwd %.2f bwd-data %.2f "
+                "bwd-weights %.2f ms\n",
+                dtype_name(t), pf, pb, prb, df, dbd, dbw);
+    Tensor relu_y = d.make(t, a.shape);
+    const double rb = time_ms([&] { d.be->activation_backward(Activation::Relu, a, a, relu_y); }, 20);
+    std::printf("smoke %-8s relu backward [128,26,26,32] %.2f ms\n", dtype_name(t), rb);
+  }
   return 0;
 }
