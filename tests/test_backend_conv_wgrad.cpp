@@ -16,29 +16,16 @@
 #include "backend/cpu/conv_wgrad.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
+#include "support/conv_case.h"
 #include "support/reference.h"
 
 using namespace mpx;
 using ref::Vec;
 
-namespace {
-
-struct Case {
-  const char* name;
-  int64_t N, H, W, C, K;
-  int R, S, pt, pl, pb, pr;
-};
-
-std::vector<float> uniform(Rng& rng, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = static_cast<float>(rng.uniform() * 2.0 - 1.0);
-  return v;
-}
-
-}  // namespace
+using support::ConvCase;
 
 TEST_CASE("GEMM weight gradient matches the float64 reference", "[backend][cpu][conv]") {
-  const Case cases[] = {
+  const ConvCase cases[] = {
       {"3x3 same, blocked-size channels", 2, 8, 8, 16, 32, 3, 3, 1, 1, 1, 1},
       {"3x3 valid, 3 channels", 3, 7, 9, 3, 5, 3, 3, 0, 0, 0, 0},
       {"5x5 same", 1, 6, 6, 4, 8, 5, 5, 2, 2, 2, 2},
@@ -49,16 +36,16 @@ TEST_CASE("GEMM weight gradient matches the float64 reference", "[backend][cpu][
       {"3x1, 1 image, 1 channel, 1 filter", 1, 4, 3, 1, 1, 3, 1, 1, 0, 1, 0},
       {"3x3 same, 5 images (odd tile count)", 5, 4, 4, 8, 8, 3, 3, 1, 1, 1, 1},
   };
-  for (const Case& c : cases) {
+  for (const ConvCase& c : cases) {
     for (bool bias : {true, false}) {
       DYNAMIC_SECTION(c.name << (bias ? " with bias" : "")) {
-        Conv2dParams p;
-        p.R = c.R, p.S = c.S, p.pad_top = c.pt, p.pad_left = c.pl, p.pad_bottom = c.pb, p.pad_right = c.pr;
+        const Conv2dParams p = c.params();
         const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
         const cpu::WgradGeo g{c.N, c.H, c.W, c.C, c.K, c.R, c.S, d.P, d.Q, c.pt, c.pl};
         REQUIRE(cpu::wgrad_gemm_applies(g, 1, 1));
         Rng rng(static_cast<uint64_t>(c.N * 1000 + c.H * 31 + c.C));
-        const std::vector<float> x = uniform(rng, c.N * c.H * c.W * c.C), dy = uniform(rng, c.N * d.P * d.Q * c.K);
+        const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C);
+        const std::vector<float> dy = support::uniform_values(rng, c.N * d.P * d.Q * c.K);
         const float nan = std::numeric_limits<float>::quiet_NaN();
         std::vector<float> dw(static_cast<size_t>(c.K * c.R * c.S * c.C), nan), db(static_cast<size_t>(c.K), nan);
         std::vector<float> scratch(cpu::wgrad_gemm_scratch(g, omp_get_max_threads()), nan);
@@ -86,7 +73,7 @@ TEST_CASE("the bias gradient's row sum matches a float64 sum, on any thread coun
   // One row, a partial block, many blocks with offset values (float32 summing one by one
   // would lose about M * 2^-24 of the magnitude), odd K.
   for (const auto& [M, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {63, 8}, {65, 3}, {86528, 32}, {20001, 37}}) {
-    std::vector<float> dy = uniform(rng, M * K);
+    std::vector<float> dy = support::uniform_values(rng, M * K);
     for (float& v : dy) v += 3.0f;
     std::vector<double> want(static_cast<size_t>(K), 0.0), mag(static_cast<size_t>(K), 0.0);
     for (int64_t m = 0; m < M; ++m)

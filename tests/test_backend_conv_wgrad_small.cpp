@@ -15,10 +15,12 @@
 
 #include <omp.h>
 
+#include "backend/cpu/conv_fwd_small.h"
 #include "backend/cpu/conv_wgrad_small.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
+#include "support/conv_case.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -26,24 +28,7 @@ using ref::Vec;
 
 namespace {
 
-struct Case {
-  const char* name;
-  int64_t N, H, W, C, K;
-  int R, S, pt, pl, pb, pr;
-};
-
-cpu::conv_detail::Geo geo(const Case& c, const ref::ConvDims& d) {
-  cpu::conv_detail::Geo g{};
-  g.N = c.N, g.H = c.H, g.W = c.W, g.C = c.C, g.K = c.K, g.R = c.R, g.S = c.S, g.P = d.P, g.Q = d.Q;
-  g.sh = g.sw = 1, g.pt = c.pt, g.pl = c.pl;
-  return g;
-}
-
-std::vector<float> values(Rng& rng, int64_t n, DType t) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& f : v) f = round_to(t, static_cast<float>(rng.uniform() * 2.0 - 1.0));
-  return v;
-}
+using support::ConvCase;
 
 std::vector<uint16_t> to16(const std::vector<float>& v, DType t) {
   std::vector<uint16_t> r(v.size());
@@ -73,7 +58,7 @@ std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Ge
 
 TEST_CASE("few-channel weight gradient: within its float32 summation bound of the float64 reference",
           "[backend][cpu][conv]") {
-  const Case cases[] = {
+  const ConvCase cases[] = {
       {"MNIST-like 3x3 valid, C=1, K=32", 3, 12, 11, 1, 32, 3, 3, 0, 0, 0, 0},
       {"CIFAR-like 3x3 same, C=3, K=64", 2, 9, 10, 3, 64, 3, 3, 1, 1, 1, 1},
       {"5x5 same, C=2, K=16", 2, 7, 6, 2, 16, 5, 5, 2, 2, 2, 2},
@@ -82,15 +67,14 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
       {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
       {"a tall image: many rows per thread, C=1, K=16", 1, 70, 5, 1, 16, 3, 3, 1, 1, 1, 1},
   };
-  for (const Case& c : cases)
+  for (const ConvCase& c : cases)
     for (DType t : {DType::F32, DType::BF16, DType::F16}) DYNAMIC_SECTION(c.name << " " << dtype_name(t)) {
-      Conv2dParams p;
-      p.R = c.R, p.S = c.S, p.pad_top = c.pt, p.pad_left = c.pl, p.pad_bottom = c.pb, p.pad_right = c.pr;
+      const Conv2dParams p = c.params();
       const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
-      const cpu::conv_detail::Geo g = geo(c, d);
+      const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
       REQUIRE(cpu::conv_wgrad_small_applies(g));
       Rng rng(static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
-      const std::vector<float> x = values(rng, c.N * c.H * c.W * c.C, t), dy = values(rng, c.N * d.P * d.Q * c.K, t);
+      const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t), dy = support::uniform_values(rng, c.N * d.P * d.Q * c.K, t);
       Vec rdb, mdb;
       const Vec rdw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &rdb);
       std::vector<float> ax(x.size()), ady(dy.size());
@@ -120,15 +104,16 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
     }
 }
 
-TEST_CASE("few-channel weight gradient: the shapes it takes", "[backend][cpu][conv]") {
+TEST_CASE("few-channel kernels (weight gradient and forward): the shapes they take", "[backend][cpu][conv]") {
+  auto* const applies = GENERATE(&cpu::conv_wgrad_small_applies, &cpu::conv_fwd_small_applies);
   cpu::conv_detail::Geo g{};
   g.N = 2, g.H = 8, g.W = 8, g.C = 3, g.K = 32, g.R = 3, g.S = 3, g.P = 8, g.Q = 8, g.sh = 1, g.sw = 1, g.pt = 1,
   g.pl = 1;
-  CHECK(cpu::conv_wgrad_small_applies(g));
+  CHECK(applies(g));
   auto with = [&](auto f) {
     cpu::conv_detail::Geo h = g;
     f(h);
-    return cpu::conv_wgrad_small_applies(h);
+    return applies(h);
   };
   CHECK_FALSE(with([](auto& h) { h.sh = 2; }));
   CHECK_FALSE(with([](auto& h) { h.sw = 2; }));

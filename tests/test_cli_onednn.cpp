@@ -34,6 +34,15 @@ const char* kConfig =
     "    - {type: global_avg_pool}\n"
     "    - {type: dense, units: 10, activation: softmax, dtype: float32}\n";
 
+/// The implementation `mpx bench --json` (run r) lists for op; "" when it lists none.
+std::string impl_of(const Run& r, const std::string& op) {
+  REQUIRE(r.code == 0);
+  const json j = json::parse(r.out);
+  for (const json& k : j.at("kernels"))
+    if (k.at("op").get<std::string>() == op) return k.at("impl").get<std::string>();
+  return std::string();
+}
+
 /// "oneDNN X.Y.Z (...)" -> "X.Y.Z"; "" when the text is not of that form.
 std::string version_of(const std::string& library) {
   static const std::regex re("^oneDNN ([0-9]+\\.[0-9]+\\.[0-9]+) \\(commit [^;]+; (.*libdnnl\\.so[^)]*)\\)$");
@@ -119,6 +128,37 @@ TEST_CASE("MPX_CONV_WGRAD=gemm puts stride-1 weight gradients on the GEMM kernel
   CHECK(bad.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
   CHECK(bad_first.code == 2);
   CHECK(bad_first.err.find("MPX_CONV_WGRAD='fastest'") != std::string::npos);
+}
+
+TEST_CASE("MPX_CONV_FORWARD: 16-bit first layers run the few-channel forward kernel unless onednn; a bad value "
+          "of it or MPX_DENSE_FEW is exit 2",
+          "[cli][bench]") {
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "c.yaml", kConfig);
+  const std::string cmd = "bench --config c.yaml --steps 1 --warmup 0 --json --set policy=mixed_bfloat16";
+  ::setenv("MPX_CPU_16BIT", "widen", 1);  // oneDNN's native bf16 kernels (AMX) would take the layer first
+  const Run def = run_mpx(cmd, t.path);
+  ::setenv("MPX_CONV_FORWARD", "onednn", 1);
+  const Run off = run_mpx(cmd, t.path);
+  ::unsetenv("MPX_CPU_16BIT");
+  ::setenv("MPX_CONV_FORWARD", "fast", 1);  // checked on every net, float32 too
+  const Run bad = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  ::unsetenv("MPX_CONV_FORWARD");
+  ::setenv("MPX_DENSE_FEW", "fast", 1);
+  const Run bad_dense = run_mpx("bench --config c.yaml --steps 1 --warmup 0", t.path);
+  ::unsetenv("MPX_DENSE_FEW");
+  auto first_forward = [](const Run& r) {
+    return impl_of(r, "convolution forward for x [8, 28, 28, 1], w [16, 3, 3, 1]");
+  };
+  const std::string on_impl = first_forward(def), off_impl = first_forward(off);
+  CHECK(on_impl.rfind("mpx:few-channels", 0) == 0);
+  CHECK(on_impl.find("bfloat16 rounded once per row") != std::string::npos);
+  CHECK(!off_impl.empty());
+  CHECK(off_impl.rfind("mpx:", 0) == std::string::npos);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MPX_CONV_FORWARD='fast'") != std::string::npos);
+  CHECK(bad_dense.code == 2);
+  CHECK(bad_dense.err.find("MPX_DENSE_FEW='fast'") != std::string::npos);
 }
 
 TEST_CASE("MPX_CONV_WINOGRAD: on puts 3x3 stride-1 convolutions on Winograd, off on oneDNN; a bad value is exit 2",
@@ -210,12 +250,7 @@ TEST_CASE("cpu.winograd in the config picks the kernels; MPX_CONV_WINOGRAD, when
   support::write_file(t.path / "c.yaml", kConfig);
   auto first_forward = [&](const std::string& value) {
     const Run r = run_mpx("bench --config c.yaml --set cpu.winograd=" + value + " --steps 1 --warmup 0 --json", t.path);
-    REQUIRE(r.code == 0);
-    const json j = json::parse(r.out);
-    for (const json& k : j.at("kernels"))
-      if (k.at("op").get<std::string>() == "convolution forward for x [8, 28, 28, 1], w [16, 3, 3, 1]")
-        return k.at("impl").get<std::string>();
-    return std::string();
+    return impl_of(r, "convolution forward for x [8, 28, 28, 1], w [16, 3, 3, 1]");
   };
   CHECK(first_forward("on").rfind("winograd:F(4x4,3x3) ", 0) == 0);
   CHECK(first_forward("f2").rfind("winograd:F(2x2,3x3) ", 0) == 0);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "backend/cpu/conv_fwd_small.h"
 #include "backend/cpu/conv_loops.h"
 #include "backend/cpu/conv_native.h"
 #include "backend/cpu/conv_wgrad.h"
@@ -36,7 +37,8 @@ enum ConvOp : int64_t {
   kConvBwdData = 102,
   kConvBwdFilter = 103,
   kConvWgradChoice = 104,
-  kConvWgradSmall = 108
+  kConvWgradSmall = 108,
+  kConvFwdSmall = 109
 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
@@ -232,6 +234,28 @@ bool use_wgrad_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Te
   return true;
 }
 
+struct FwdSmallNoted : Plan {};
+
+/// Whether this forward convolution runs conv_fwd_small's loop: its shapes (the first layers),
+/// 16-bit x and y of one dtype (it rounds the output once in cache, where oneDNN's float32
+/// kernel needs a separate rounding pass; in float32 oneDNN's kernel is the faster one), no
+/// activation other than relu, no pre-activation kept, and MPX_CONV_FORWARD unset or auto.
+/// Records the kernel once per shape and dtype.
+bool use_fwd_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Tensor& x, const Tensor& y,
+                   Activation act, const Tensor& pre) {
+  // The switch first: a bad value is exit 2 on every net with a convolution.
+  if (!conv_fwd_small_enabled() || !is_16bit(y.dtype) || x.dtype != y.dtype || !pre.empty() ||
+      !(act.is_none() || act.kind == ActKind::Relu) || reference_loops() || !conv_fwd_small_applies(g))
+    return false;
+  ctx.plan<FwdSmallNoted>(conv_key(kConvFwdSmall, p, g, static_cast<int64_t>(x.dtype)), [&] {
+    ctx.note_kernel(conv_what("convolution forward", g),
+                    fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(),
+                                dtype_name(x.dtype)));
+    return new FwdSmallNoted;
+  });
+  return true;
+}
+
 /// Whether 16-bit activations a and b (of one dtype) can go to the Winograd kernel as they
 /// are: no float32 copies, the same bits as the widened path (docs/cpu-performance.md,
 /// "16-bit without native math"). Whether Winograd runs for the shape is winograd_tile()'s.
@@ -257,6 +281,11 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   if (wino_direct(x, y) && pre.empty() && (act.is_none() || wino_relu) &&
       winograd_forward(ctx, p, g, x.data, wf, bf, wino_relu, y.data, x.dtype))
     return;
+  if (use_fwd_small(ctx, p, g, x, y, act, pre)) {
+    float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_scratch(g, omp_get_max_threads()));
+    conv_fwd_small(g, x.data, wf, bf, act.kind == ActKind::Relu, y.data, x.dtype, scratch);
+    return;
+  }
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
   if (reference_loops()) {

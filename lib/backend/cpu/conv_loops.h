@@ -24,6 +24,13 @@ inline Geo geometry(const Conv2dParams& p, const Shape& x, const Shape& w) {
   return g;
 }
 
+/// The first layers' shapes that mpx's few-channel kernels take (conv_fwd_small.h,
+/// conv_wgrad_small.h): stride 1, 1 to 4 input channels, 16, 32 or 64 filters, at most 64 taps.
+inline bool few_channel_shape(const Geo& g) {
+  return g.sh == 1 && g.sw == 1 && g.C >= 1 && g.C <= 4 && (g.K == 16 || g.K == 32 || g.K == 64) &&
+         g.R * g.S * g.C <= 64 && g.P > 0 && g.Q > 0;
+}
+
 void conv_forward_loops(const Geo& g, const float* x, const float* w, const float* b, float* y);
 void conv_backward_data_loops(const Geo& g, const float* dy, const float* w, float* dx);
 void conv_backward_filter_loops(const Geo& g, const float* x, const float* dy, float* dw, float* db);

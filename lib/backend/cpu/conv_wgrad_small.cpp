@@ -20,6 +20,7 @@ namespace wsmall_base {
 constexpr int kL = 4;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv_small_rows.inc"
 #include "backend/cpu/conv_wgrad_small.inc"
 }  // namespace wsmall_base
 
@@ -46,10 +47,7 @@ Layout layout(const conv_detail::Geo& g) {
 
 }  // namespace
 
-bool conv_wgrad_small_applies(const conv_detail::Geo& g) {
-  return g.sh == 1 && g.sw == 1 && g.C >= 1 && g.C <= 4 && (g.K == 16 || g.K == 32 || g.K == 64) &&
-         g.R * g.S * g.C <= 64 && g.P > 0 && g.Q > 0;
-}
+bool conv_wgrad_small_applies(const conv_detail::Geo& g) { return conv_detail::few_channel_shape(g); }
 
 size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
   return static_cast<size_t>(layout(g).per) * static_cast<size_t>(threads);

@@ -15,5 +15,6 @@ namespace mpx::cpu::wsmall_avx2 {
 constexpr int kL = 8;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv_small_rows.inc"
 #include "backend/cpu/conv_wgrad_small.inc"
 }  // namespace mpx::cpu::wsmall_avx2

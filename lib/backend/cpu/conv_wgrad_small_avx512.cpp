@@ -15,5 +15,6 @@ namespace mpx::cpu::wsmall_avx512 {
 constexpr int kL = 16;
 constexpr int kRegs = 32;
 #include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv_small_rows.inc"
 #include "backend/cpu/conv_wgrad_small.inc"
 }  // namespace mpx::cpu::wsmall_avx512

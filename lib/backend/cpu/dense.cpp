@@ -12,7 +12,10 @@
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "backend/cpu/dnnl_util.h"
+#include "backend/cpu/dense_few.h"
 #include "backend/cpu/dense_native.h"
 #include "backend/cpu/dense_rows.h"
 #include "backend/cpu/ops.h"
@@ -71,7 +74,7 @@ void dense_backward_weights_loops(int64_t N, int64_t Ci, int64_t Co, const float
 
 // ---- oneDNN inner product (dense_rows.h: why in chunks of kRows rows) -------------------
 
-enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203 };
+enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203, kDenseFew = 204 };
 
 std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
   return std::string(op) + " for x [" + std::to_string(N) + ", " + std::to_string(Ci) + "], w [" +
@@ -146,16 +149,43 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
   });
 }
 
+struct DenseFewNoted : Plan {};
+
+/// Whether this pass runs dense_few's loops: its big operand `big` (x, or dx) is 16-bit, the
+/// layer has at most kDenseFewMaxOut outputs, and MPX_DENSE_FEW is unset or auto. (Where the
+/// CPU has native 16-bit math the native path took the op before.) Records the kernel once per
+/// op, shape and dtype.
+bool use_dense_few(Context& ctx, DenseOp op, const Tensor& big, int64_t N, int64_t Ci, int64_t Co) {
+  // The switch first: a bad value is exit 2 on every net with a dense layer.
+  if (!dense_few_enabled() || !is_16bit(big.dtype) || Co > kDenseFewMaxOut || reference_loops()) return false;
+  PlanKey k;
+  k << kDenseFew << op << N << Ci << Co << static_cast<int64_t>(big.dtype);
+  ctx.plan<DenseFewNoted>(k, [&] {
+    const char* name = op == kDenseFwd       ? "inner product forward"
+                       : op == kDenseBwdData ? "inner product backward data"
+                                             : "inner product backward weights";
+    ctx.note_kernel(dense_what(name, N, Ci, Co), fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(),
+                                                             dtype_name(big.dtype), op == kDenseBwdData ? "dx" : "x"));
+    return new DenseFewNoted;
+  });
+  return true;
+}
+
 }  // namespace
 
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
   if (dense_native_forward(ctx, x, w, bias, y, act, pre)) return;
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
-  const float* xf = f32_in(ctx, kSlotX, x);
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
+  if (use_dense_few(ctx, kDenseFwd, x, N, Ci, Co)) {
+    dense_few_forward(N, Ci, Co, x.data, x.dtype, wf, bf, yf);
+    activation_epilogue(act, yf, y, pre);
+    return;
+  }
+  const float* xf = f32_in(ctx, kSlotX, x);
   if (reference_loops()) {
     dense_forward_loops(N, Ci, Co, xf, wf, bf, yf);
     activation_epilogue(act, yf, y, pre);
@@ -174,6 +204,10 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
+  if (use_dense_few(ctx, kDenseBwdData, dx, N, Ci, Co)) {
+    dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype);
+    return;
+  }
   float* dxf = f32_out(ctx, kSlotDX, dx);
   if (reference_loops()) {
     dense_backward_data_loops(N, Ci, Co, dyf, wf, dxf);
@@ -188,14 +222,16 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
   if (dense_native_backward_weights(ctx, x, dy, dw, db)) return;
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
-  const float* xf = f32_in(ctx, kSlotX, x);
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (reference_loops()) {
-    dense_backward_weights_loops(N, Ci, Co, xf, dyf, dwf, dbf);
+  if (use_dense_few(ctx, kDenseBwdWeights, x, N, Ci, Co)) {
+    dense_few_backward_weights(N, Ci, Co, x.data, x.dtype, dyf, dwf, dbf);
+  } else if (reference_loops()) {
+    dense_backward_weights_loops(N, Ci, Co, f32_in(ctx, kSlotX, x), dyf, dwf, dbf);
   } else {
-    run_weight_gradient(ctx, dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr), xf, dyf, dwf, dbf);
+    run_weight_gradient(ctx, dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr), f32_in(ctx, kSlotX, x), dyf, dwf,
+                        dbf);
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);

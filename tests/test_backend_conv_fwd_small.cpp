@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+// mpx's forward pass of stride-1 convolutions with few input channels
+// (lib/backend/cpu/conv_fwd_small.cpp, docs/cpu-performance.md "The first layer's forward
+// pass") against the float64 reference: the float32 sums of R*S*C products and the bias,
+// relu, then for 16-bit outputs one rounding; 1 to 4 channels, 16/32/64 filters, filters from
+// 1x1 to 5x5, every padding, runs of pixels that do not fill a register block, 1 to 3 threads.
+// In 16 bits the output is the float32 kernel's result rounded once, bit for bit; NaN stays
+// NaN through relu. Through the backend: the kernel it names, and only for 16-bit outputs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "backend/cpu/conv_fwd_small.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+#include "support/conv_case.h"
+#include "support/reference.h"
+
+using namespace mpx;
+using ref::Vec;
+
+namespace {
+
+using support::ConvCase;
+
+/// y of the kernel at `threads` threads, as float32 values; x given as float32 values of dtype t.
+std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& w,
+                       const std::vector<float>& b, bool relu, DType t, int threads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t ny = static_cast<size_t>(g.N * g.P * g.Q * g.K);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> scratch(cpu::conv_fwd_small_scratch(g, threads), nan);
+  std::vector<float> y(ny, nan);
+  if (t == DType::F32) {
+    cpu::conv_fwd_small(g, x.data(), w.data(), b.data(), relu, y.data(), t, scratch.data());
+  } else {
+    std::vector<uint16_t> x16(x.size()), y16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
+    convert(x.data(), DType::F32, x16.data(), t, x.size());
+    cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), relu, y16.data(), t, scratch.data());
+    convert(y16.data(), t, y.data(), DType::F32, ny);
+  }
+  omp_set_num_threads(saved);
+  return y;
+}
+
+double unit_roundoff(DType t) {
+  return t == DType::BF16 ? std::ldexp(1.0, -8) : t == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
+}
+
+}  // namespace
+
+TEST_CASE("few-channel forward convolution: within its float32 summation bound of the float64 reference",
+          "[backend][cpu][conv]") {
+  const ConvCase cases[] = {
+      {"MNIST-like 3x3 valid, C=1, K=32", 3, 12, 11, 1, 32, 3, 3, 0, 0, 0, 0},
+      {"CIFAR-like 3x3 same, C=3, K=64", 2, 9, 10, 3, 64, 3, 3, 1, 1, 1, 1},
+      {"5x5 same, C=2, K=16", 2, 7, 6, 2, 16, 5, 5, 2, 2, 2, 2},
+      {"1x1, C=4, K=32", 3, 5, 4, 4, 32, 1, 1, 0, 0, 0, 0},
+      {"2x2 same (padding after), C=3, K=16", 2, 5, 7, 3, 16, 2, 2, 0, 0, 1, 1},
+      {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
+      {"a single output column, C=1, K=16", 2, 6, 3, 1, 16, 3, 3, 0, 0, 0, 0},
+  };
+  for (const ConvCase& c : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      for (bool relu : {false, true}) DYNAMIC_SECTION(c.name << " " << dtype_name(t) << (relu ? " relu" : "")) {
+          const Conv2dParams p = c.params();
+          const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+          const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+          REQUIRE(cpu::conv_fwd_small_applies(g));
+          Rng rng(static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
+          const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
+          const std::vector<float> w = support::uniform_values(rng, c.K * c.R * c.S * c.C, DType::F32);
+          const std::vector<float> b = support::uniform_values(rng, c.K, DType::F32);
+          const Vec bv = support::widen(b);
+          const Vec ry = ref::conv2d_forward(p, d, support::widen(x), support::widen(w), &bv, Activation::None);
+          std::vector<float> ax(x.size()), aw(w.size()), ab(b.size());
+          for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
+          for (size_t i = 0; i < w.size(); ++i) aw[i] = std::fabs(w[i]);
+          for (size_t i = 0; i < b.size(); ++i) ab[i] = std::fabs(b[i]);
+          const Vec abv = support::widen(ab);
+          const Vec my = ref::conv2d_forward(p, d, support::widen(ax), support::widen(aw), &abv, Activation::None);
+          // float32 sums of R*S*C products and the bias; then relu (exact) and, in 16 bits,
+          // one rounding to nearest: |round(v) - r| <= u16 |v| + |v - r|, |v| <= |r| + |v - r|.
+          const double n = static_cast<double>(c.R * c.S * c.C + 1), u = std::ldexp(1.0, -24);
+          const double gamma = n * u / (1 - n * u), u16 = unit_roundoff(t);
+          const double tiny = t == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;  // half a float16 subnormal step
+          for (int threads : {1, 2, 3}) {
+            const std::vector<float> y = run(g, x, w, b, relu, t, threads);
+            INFO(threads << " threads");
+            for (size_t i = 0; i < y.size(); ++i) {
+              const double r = relu && ry[i] < 0 ? 0.0 : ry[i];
+              const double sum_err = gamma * my[i];
+              const double tol = sum_err * (1 + 2 * u16) + u16 * std::fabs(r) + tiny;
+              if (!(std::fabs(y[i] - r) <= tol)) FAIL("y[" << i << "] " << y[i] << ", reference " << r);
+              if (relu && std::signbit(y[i])) FAIL("y[" << i << "] " << y[i] << " is negative after relu");
+            }
+            if (t != DType::F32) {  // 16-bit: the float32 kernel's result on the same values, rounded once
+              std::vector<float> y32 = run(g, x, w, b, relu, DType::F32, threads);
+              for (float& v : y32) v = round_to(t, v);
+              support::check_exact("y against the float32 kernel rounded once", y, y32);
+            }
+          }
+        }
+}
+
+TEST_CASE("few-channel forward convolution: relu keeps NaN, and a NaN input reaches only the outputs that read it",
+          "[backend][cpu][conv]") {
+  const DType t = GENERATE(DType::F32, DType::BF16);
+  const ConvCase c{"3x3 valid, C=1, K=16", 1, 6, 6, 1, 16, 3, 3, 0, 0, 0, 0};
+  const Conv2dParams p = c.params();
+  const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+  const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+  Rng rng(23);
+  std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
+  x[0] = std::numeric_limits<float>::quiet_NaN();  // read only by output pixel (0, 0)
+  const std::vector<float> w = support::uniform_values(rng, c.K * 9, DType::F32), b(static_cast<size_t>(c.K), -10.0f);
+  const std::vector<float> y = run(g, x, w, b, true, t, 2);
+  for (int64_t px = 0; px < d.P * d.Q; ++px)
+    for (int64_t k = 0; k < c.K; ++k) {
+      const float v = y[static_cast<size_t>(px * c.K + k)];
+      INFO("pixel " << px << ", filter " << k << ": " << v);
+      if (px == 0)
+        CHECK(std::isnan(v));
+      else
+        CHECK(v == 0.0f);  // |conv| <= 9 < 10: relu of a negative sum is +0
+    }
+}
+
+TEST_CASE("the backend's 16-bit first-layer forward runs the few-channel kernel; float32 stays on oneDNN",
+          "[backend][cpu][conv]") {
+  const DType t = GENERATE(DType::F32, DType::BF16, DType::F16);
+  support::CpuDev d;
+  Rng rng(19);
+  Conv2dParams p;  // 3x3 valid, as the MNIST smoke net's first layer
+  p.R = p.S = 3;
+  const int64_t N = 4, H = 10, W = 9, C = 1, K = 32;
+  const ref::ConvDims rd = ref::conv_dims(p, N, H, W, C, K);
+  std::vector<float> xv, wv, bv;
+  Tensor x = d.rand(rng, t, Shape{N, H, W, C}, &xv), w = d.rand(rng, t, Shape{K, 3, 3, C}, &wv);
+  Tensor b = d.rand(rng, DType::F32, Shape{K}, &bv);
+  Tensor y = d.make(t, Shape{N, rd.P, rd.Q, K});
+  d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+  const Vec rb = support::widen(bv);
+  const Vec ry = ref::conv2d_forward(p, rd, support::widen(xv), support::widen(wv), &rb, Activation::Relu);
+  support::check_close("y", d.get(y), ry, t);
+  bool named = false;
+  for (const KernelChoice& k : d.be->kernels())
+    named = named || (k.op.rfind("convolution forward", 0) == 0 && k.impl.rfind("mpx:few-channels", 0) == 0);
+  bool native = false;  // an op on oneDNN's native 16-bit kernels: the path that runs them here
+  for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+  const char* mode = std::getenv("MPX_CONV_FORWARD");
+  const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
+  INFO(dtype_name(t));
+  if (t == DType::F32 || off)
+    CHECK_FALSE(named);
+  else if (!native)  // where oneDNN's native 16-bit kernels run (AMX) they take the layer first
+    CHECK(named);
+}

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+// mpx's dense loops for few outputs on 16-bit operands (lib/backend/cpu/dense_few.cpp,
+// docs/cpu-performance.md "Dense layers with few outputs") against the float64 reference,
+// within the bound of their float32 sums (and one rounding of a 16-bit dx): 1 to 16 outputs
+// (partial register blocks), input lengths that leave vector tails, odd batches, 1 to 3
+// threads. In 16 bits each pass equals the float32 loops on the widened values (dx rounded
+// once), bit for bit; rows do not depend on the batch they are in. Through the backend: the
+// kernel it names, only for 16-bit operands.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "backend/cpu/dense_few.h"
+#include "core/half.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+#include "support/conv_case.h"
+#include "support/reference.h"
+
+using namespace mpx;
+using ref::Vec;
+
+namespace {
+
+struct Shape3 {
+  int64_t N, Ci, Co;
+};
+
+/// The 16-bit storage of float32 values (exact when they are values of t); float32 as they are.
+std::vector<uint16_t> to16(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> r(v.size());
+  convert(v.data(), DType::F32, r.data(), t, v.size());
+  return r;
+}
+
+const void* data_of(const std::vector<float>& f, const std::vector<uint16_t>& h, DType t) {
+  return t == DType::F32 ? static_cast<const void*>(f.data()) : static_cast<const void*>(h.data());
+}
+
+struct Threads {
+  explicit Threads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+  int saved;
+};
+
+std::vector<float> forward(const Shape3& s, const std::vector<float>& x, DType t, const std::vector<float>& w,
+                           const std::vector<float>& b, int threads) {
+  Threads th(threads);
+  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : to16(x, t);
+  std::vector<float> y(static_cast<size_t>(s.N * s.Co), std::numeric_limits<float>::quiet_NaN());
+  cpu::dense_few_forward(s.N, s.Ci, s.Co, data_of(x, x16, t), t, w.data(), b.data(), y.data());
+  return y;
+}
+
+/// dx as float32 values (of dtype t).
+std::vector<float> backward_data(const Shape3& s, const std::vector<float>& dy, const std::vector<float>& w, DType t,
+                                 int threads) {
+  Threads th(threads);
+  const size_t n = static_cast<size_t>(s.N * s.Ci);
+  std::vector<float> dx(n, std::numeric_limits<float>::quiet_NaN());
+  if (t == DType::F32) {
+    cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx.data(), t);
+  } else {
+    std::vector<uint16_t> dx16(n, 0xFFFF);  // a NaN in both formats
+    cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx16.data(), t);
+    convert(dx16.data(), t, dx.data(), DType::F32, n);
+  }
+  return dx;
+}
+
+std::pair<std::vector<float>, std::vector<float>> backward_weights(const Shape3& s, const std::vector<float>& x,
+                                                                   DType t, const std::vector<float>& dy, int threads) {
+  Threads th(threads);
+  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : to16(x, t);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> dw(static_cast<size_t>(s.Co * s.Ci), nan), db(static_cast<size_t>(s.Co), nan);
+  cpu::dense_few_backward_weights(s.N, s.Ci, s.Co, data_of(x, x16, t), t, dy.data(), dw.data(), db.data());
+  return {dw, db};
+}
+
+Vec absv(const std::vector<float>& v) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = std::fabs(v[i]);
+  return r;
+}
+
+double gamma(int64_t n) {
+  const double u = std::ldexp(1.0, -24);
+  return static_cast<double>(n) * u / (1 - static_cast<double>(n) * u);
+}
+
+void check_within(const char* what, const std::vector<float>& got, const Vec& want, const Vec& mag, double g,
+                  double u16, double tiny) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = g * mag[i] * (1 + 2 * u16) + u16 * std::fabs(want[i]) + tiny;
+    if (!(std::fabs(got[i] - want[i]) <= tol)) FAIL(what << "[" << i << "] " << got[i] << ", reference " << want[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("few-output dense loops: within their float32 summation bounds of the float64 reference",
+          "[backend][cpu][dense]") {
+  const Shape3 shapes[] = {{5, 37, 10}, {4, 64, 16}, {3, 5, 1}, {7, 130, 11}, {1, 8, 3}, {6, 300, 6}};
+  for (const Shape3& s : shapes)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      DYNAMIC_SECTION("N " << s.N << ", " << s.Ci << " -> " << s.Co << ", " << dtype_name(t)) {
+        Rng rng(static_cast<uint64_t>(s.N * 131 + s.Ci * 7 + s.Co));
+        const std::vector<float> x = support::uniform_values(rng, s.N * s.Ci, t);
+        const std::vector<float> w = support::uniform_values(rng, s.Co * s.Ci);
+        const std::vector<float> b = support::uniform_values(rng, s.Co);
+        const std::vector<float> dy = support::uniform_values(rng, s.N * s.Co);
+        const Vec bv = support::widen(b), abv = absv(b);
+        const Vec ry = ref::dense_forward(s.N, s.Ci, s.Co, support::widen(x), support::widen(w), &bv, Activation::None);
+        const Vec my = ref::dense_forward(s.N, s.Ci, s.Co, absv(x), absv(w), &abv, Activation::None);
+        const Vec rdx = ref::dense_backward_data(s.N, s.Ci, s.Co, support::widen(dy), support::widen(w));
+        const Vec mdx = ref::dense_backward_data(s.N, s.Ci, s.Co, absv(dy), absv(w));
+        Vec rdb, mdb;
+        const Vec rdw = ref::dense_backward_weights(s.N, s.Ci, s.Co, support::widen(x), support::widen(dy), &rdb);
+        const Vec mdw = ref::dense_backward_weights(s.N, s.Ci, s.Co, absv(x), absv(dy), &mdb);
+        const double u16 = t == DType::BF16 ? std::ldexp(1.0, -8) : t == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
+        const double tiny16 = t == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
+        for (int threads : {1, 2, 3}) {
+          INFO(threads << " threads");
+          const std::vector<float> y = forward(s, x, t, w, b, threads);
+          check_within("y", y, ry, my, gamma(s.Ci + 1), 0.0, 1e-30);
+          const std::vector<float> dx = backward_data(s, dy, w, t, threads);
+          check_within("dx", dx, rdx, mdx, gamma(s.Co), u16, tiny16);
+          const auto [dw, db] = backward_weights(s, x, t, dy, threads);
+          check_within("dw", dw, rdw, mdw, gamma(s.N), 0.0, 1e-30);
+          check_within("db", db, rdb, mdb, gamma(s.N), 0.0, 1e-30);
+          if (t != DType::F32) {  // the float32 loops on the same values; dx rounded once
+            support::check_exact("y against float32", y, forward(s, x, DType::F32, w, b, threads));
+            std::vector<float> dx32 = backward_data(s, dy, w, DType::F32, threads);
+            for (float& v : dx32) v = round_to(t, v);
+            support::check_exact("dx against float32 rounded once", dx, dx32);
+            const auto [dw32, db32] = backward_weights(s, x, DType::F32, dy, threads);
+            support::check_exact("dw against float32", dw, dw32);
+          }
+          if (threads > 1) {  // no result depends on the thread count
+            support::check_exact("y across thread counts", y, forward(s, x, t, w, b, 1));
+            support::check_exact("dx across thread counts", dx, backward_data(s, dy, w, t, 1));
+            support::check_exact("dw across thread counts", dw, backward_weights(s, x, t, dy, 1).first);
+          }
+        }
+        // A row's forward and backward-data result does not depend on its batch: the last row alone.
+        const Shape3 one{1, s.Ci, s.Co};
+        const std::vector<float> x1(x.end() - s.Ci, x.end()), dy1(dy.end() - s.Co, dy.end());
+        const std::vector<float> y = forward(s, x, t, w, b, 2), dx = backward_data(s, dy, w, t, 2);
+        support::check_exact("y of the last row alone", forward(one, x1, t, w, b, 2),
+                             std::vector<float>(y.end() - s.Co, y.end()));
+        support::check_exact("dx of the last row alone", backward_data(one, dy1, w, t, 2),
+                             std::vector<float>(dx.end() - s.Ci, dx.end()));
+      }
+}
+
+TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; float32 and wide layers stay on oneDNN",
+          "[backend][cpu][dense]") {
+  const DType t = GENERATE(DType::F32, DType::BF16, DType::F16);
+  const int64_t Co = GENERATE(10, 32);
+  INFO(dtype_name(t) << ", " << Co << " outputs");
+  support::CpuDev d;
+  Rng rng(29);
+  const int64_t N = 6, Ci = 200;
+  std::vector<float> xv, wv, bv, dyv;
+  Tensor x = d.rand(rng, t, Shape{N, Ci}, &xv), w = d.rand(rng, t, Shape{Co, Ci}, &wv);
+  Tensor b = d.rand(rng, DType::F32, Shape{Co}, &bv), dy = d.rand(rng, t, Shape{N, Co}, &dyv);
+  Tensor y = d.make(t, Shape{N, Co}), dx = d.make(t, Shape{N, Ci});
+  Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co});
+  d.be->dense_forward(x, w, b, y, Activation::Relu);
+  d.be->dense_backward_data(dy, w, dx);
+  d.be->dense_backward_weights(x, dy, dw, db);
+  const Vec rb = support::widen(bv);
+  Vec rdb;
+  support::check_close("y", d.get(y), ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb,
+                                                         Activation::Relu), t);
+  support::check_close("dx", d.get(dx), ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), t);
+  support::check_close("dw", d.get(dw),
+                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb), DType::F32);
+  support::check_close("db", d.get(db), rdb, DType::F32);
+  int named = 0;
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.op.rfind("inner product", 0) == 0 && k.impl.rfind("mpx:few-outputs", 0) == 0) ++named;
+  bool native = false;  // an op on oneDNN's native 16-bit kernels: the path that runs them here
+  for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+  const char* mode = std::getenv("MPX_DENSE_FEW");
+  const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
+  if (t == DType::F32 || Co > cpu::kDenseFewMaxOut || off)
+    CHECK(named == 0);
+  else if (!native)
+    CHECK(named == 3);  // forward, backward data, weight gradient
+}
