@@ -62,7 +62,7 @@ class Bench:
             self.env.pop("GOMP_SPINCOUNT", None)
         if a.isa_cap == "avx2":  # every tool as on a CPU without AVX-512 (docs/cpu-performance.md)
             self.env.update(ONEDNN_MAX_CPU_ISA="AVX2", DNNL_MAX_CPU_ISA="AVX2", MPX_CPU_POOL_ISA="avx2",
-                            ATEN_CPU_CAPABILITY="avx2", OPENBLAS_CORETYPE="Haswell")
+                            ATEN_CPU_CAPABILITY="avx2", OPENBLAS_CORETYPE="Haswell", MKL_ENABLE_INSTRUCTIONS="AVX2")
         self.python = {"tf-keras": a.keras_python, "pytorch": a.torch_python}
 
     def mpx_cmd(self, net, policy, steps, warmup):
@@ -172,8 +172,8 @@ def main():
                          "long), inherit (as in this shell)")
     ap.add_argument("--isa-cap", choices=["none", "avx2"], default="none",
                     help="avx2: cap every tool at AVX2 (oneDNN's ONEDNN_MAX_CPU_ISA, mpx's pooling, PyTorch's "
-                         "ATEN_CPU_CAPABILITY, numpy's OPENBLAS_CORETYPE), to measure an AVX2-only CPU's code "
-                         "paths on a newer one")
+                         "ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS, numpy's OPENBLAS_CORETYPE), to measure "
+                         "an AVX2-only CPU's code paths on a newer one")
     ap.add_argument("--budget-s", type=float, default=30,
                     help="a peer stops timing after this many seconds of timed steps (slow 16-bit paths)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds one run may take")

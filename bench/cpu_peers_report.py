@@ -128,7 +128,9 @@ def print_conv(runs, nets, policies, tools, config_of, gemm):
             continue
         per_img = fl[0] + fl[1]
         for policy in policies:
-            dtype = "bfloat16" if policy == "mixed_bfloat16" and "bfloat16" in best else "float32"
+            # bfloat16 math is only faster where the CPU has it natively; elsewhere (an AVX2
+            # CPU, or the --isa-cap stand-in for one) 16-bit runs on float32 math.
+            dtype = "bfloat16" if policy == "mixed_bfloat16" and best.get("bfloat16", 0.0) > best["float32"] else "float32"
             cells = []
             for t in tools:
                 r = rates(runs, (net, policy, t))
@@ -140,7 +142,8 @@ def print_conv(runs, nets, policies, tools, config_of, gemm):
           "gradient except for the first layer (its input needs none). The step's other work "
           "(dense, pooling, optimizer, casts) counts as time but not as FLOPs, so these are lower "
           "bounds of the convolution kernels' own rate. mixed_bfloat16 rows are against the bfloat16 "
-          "GEMM where it was measured (PyTorch's), mixed_float16 rows against the float32 one.")
+          "GEMM (PyTorch's) where it was measured faster than the float32 one (native bfloat16 "
+          "math), else, as mixed_float16 rows, against the float32 one.")
 
 
 def print_paths(runs, probes, nets, policies, tools):
