@@ -4,7 +4,9 @@
 small valid files of each format and the malformed cases found so far
 (docs/testing.md, "Fuzzing"). The checkpoint and safetensors seeds are copied
 from files an mpx run wrote (fuzz/seeds/: `mpx train --config fuzz/seeds/seed_run.yaml`
-then `mpx export`, keras and pytorch layouts). Run from the repository root:
+then `mpx export`, keras and pytorch layouts). Inputs that a fuzzing run found (named after
+the defect, e.g. fuzz_config/alias-bomb-near-node-limit) are kept in the corpus as found; this
+script leaves them. Run from the repository root:
     python3 fuzz/make_corpus.py
 """
 import gzip

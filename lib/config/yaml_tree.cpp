@@ -140,12 +140,16 @@ class Converter {
         break;
       case YAML::NodeType::Sequence: {
         out.kind = YNode::Kind::Seq;
+        out.children.reserve(n.size());  // exact sizes: no doubled capacity across the node budget
         size_t i = 0;
         for (const auto& c : n) out.children.push_back(convert(c, depth + 1, fmt::format("{}[{}]", path, i++)));
         break;
       }
       case YAML::NodeType::Map:
         out.kind = YNode::Kind::Map;
+        out.keys.reserve(n.size());
+        out.key_origins.reserve(n.size());
+        out.children.reserve(n.size());
         for (const auto& kv : n) {
           Origin ko = origin_of(kv.first.Mark(), ov_);
           if (!kv.first.IsScalar())
