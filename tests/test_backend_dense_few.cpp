@@ -181,9 +181,11 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; f
   Vec rdb;
   support::check_close("y", d.get(y), ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb,
                                                          Activation::Relu), t);
-  support::check_close("dx", d.get(dx), ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), t);
+  support::check_close("dx", d.get(dx),
+                       ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), t);
   support::check_close("dw", d.get(dw),
-                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb), DType::F32);
+                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb),
+                       DType::F32);
   support::check_close("db", d.get(db), rdb, DType::F32);
   int named = 0;
   for (const KernelChoice& k : d.be->kernels())

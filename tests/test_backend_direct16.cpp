@@ -175,6 +175,18 @@ TEST_CASE("16-bit max pooling on the 16-bit values: the bits of the float32 kern
     d.be->pool_backward(p, x32, y32, dy32, dx32);
   }
   support::check_exact(relu ? "max_pool_relu_backward" : "pool_backward", d.get(dx), rounded(d.get(dx32), t));
+
+  // The same bits from the forward's window positions (ties, -0 against +0 and NaN decide
+  // which position is kept).
+  REQUIRE(d.be->max_pool_keeps_argmax(p, xs));
+  Tensor am = d.make(DType::U8, ys), ya = d.make(t, ys), dxa = d.make(t, xs);
+  d.be->pool_forward(p, x, ya, am);
+  support::check_exact("pool_forward with argmax", d.get(ya), d.get(y));
+  if (relu)
+    d.be->max_pool_relu_backward(p, x, y, dy, dxa, am);
+  else
+    d.be->pool_backward(p, x, y, dy, dxa, am);
+  support::check_exact("backward from argmax", d.get(dxa), d.get(dx));
 }
 
 TEST_CASE("16-bit global average pooling: within float32 summation of the float64 mean, the same at 1 and 2 threads",

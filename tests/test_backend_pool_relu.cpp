@@ -93,6 +93,21 @@ TEST_CASE("max_pool_relu_backward: the bits of pool_backward then relu's backwar
         }
         CHECK(zeroed > 0);
         CHECK(kept > 0);
+
+        // With the forward's window positions kept (the tiled geometries): the same y, and
+        // both backward ops the same bits as without them.
+        const bool tiled = cs.stride == cs.k && cs.pad == 0;
+        REQUIRE(d.be->max_pool_keeps_argmax(p, x.shape) == tiled);
+        if (!tiled) continue;
+        const Tensor am = d.make(DType::U8, y.shape), ya = d.make(t, y.shape);
+        d.be->pool_forward(p, x, ya, am);
+        CHECK(bytes_of(d, ya) == bytes_of(d, y));
+        for (char k : bytes_of(d, am)) REQUIRE(static_cast<unsigned char>(k) < cs.k * cs.k);
+        const Tensor two_a = d.make(t, x.shape), fused_a = d.make(t, x.shape);
+        d.be->pool_backward(p, x, y, dy, two_a, am);
+        support::check_exact("pool_backward from argmax", d.get(two_a), pooled);
+        d.be->max_pool_relu_backward(p, x, y, dy, fused_a, am);
+        CHECK(bytes_of(d, fused_a) == want);
       }
 }
 
@@ -107,4 +122,14 @@ TEST_CASE("max_pool_relu_backward: average pooling and mismatched tensors are re
   p.kind = PoolKind::Max;
   const Tensor dx16 = d.make(DType::BF16, Shape{1, 4, 4, 3});
   CHECK_THROWS(d.be->max_pool_relu_backward(p, x, y, y, dx16));
+  // An argmax must be uint8 of y's shape, for a geometry whose positions the backend keeps.
+  const Tensor am = d.make(DType::U8, y.shape), am_f32 = d.make(DType::F32, y.shape);
+  const Tensor am_big = d.make(DType::U8, x.shape);
+  CHECK_NOTHROW(d.be->pool_forward(p, x, y, am));
+  CHECK_THROWS_WITH(d.be->pool_forward(p, x, y, am_f32), Catch::Contains("argmax must be uint8"));
+  CHECK_THROWS(d.be->pool_backward(p, x, y, y, dx, am_big));
+  p.stride_h = p.stride_w = 1;  // overlapping windows: the general loops, no argmax kept
+  const Tensor y3 = d.make(DType::F32, Shape{1, 3, 3, 3}), am3 = d.make(DType::U8, y3.shape);
+  CHECK_FALSE(d.be->max_pool_keeps_argmax(p, x.shape));
+  CHECK_THROWS_WITH(d.be->pool_forward(p, x, y3, am3), Catch::Contains("keeps no argmax"));
 }

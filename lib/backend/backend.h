@@ -219,14 +219,22 @@ class Backend {
   void add(const Tensor& a, const Tensor& b, const Tensor& y);
 
   // ---- pooling -------------------------------------------------------------
-  void pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
-  /// Max pooling routes dy to the first maximum of each window (recomputed from x, y).
-  void pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  /// Whether this backend keeps max pooling's window positions for this geometry: then a
+  /// caller may pass an argmax tensor (uint8, y's shape) to pool_forward, which writes in it
+  /// each output's position in its window (r * S + s of the first maximum), and the same
+  /// tensor to the backward, which reads it instead of searching x again
+  /// (docs/cpu-performance.md, "Max pooling after relu").
+  bool max_pool_keeps_argmax(const PoolParams& p, const Shape& x) const;
+  void pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& argmax = Tensor());
+  /// Max pooling routes dy to the first maximum of each window (recomputed from x, y, or
+  /// read from the forward's argmax).
+  void pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                     const Tensor& argmax = Tensor());
   /// Max pooling's backward and, in the same call, the backward of the relu whose output
   /// is x: dx = the pool gradient where x > 0, else 0; the same bits as pool_backward
   /// followed by activation_backward(relu, x, dx, dx) (docs/cpu-performance.md).
   void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                              const Tensor& dx);
+                              const Tensor& dx, const Tensor& argmax = Tensor());
   /// x: [N,H,W,C] -> y: [N,C] (mean over H, W).
   void global_avg_pool_forward(const Tensor& x, const Tensor& y);
   void global_avg_pool_backward(const Tensor& dy, const Tensor& dx);
@@ -377,6 +385,14 @@ class Backend {
   /// The base composes pool_backward_impl and activation_backward_impl; the CPU backend fuses.
   virtual void max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
                                            const Tensor& dy, const Tensor& dx);
+  /// max_pool_keeps_argmax and the ops that take an argmax: the base keeps none.
+  virtual bool max_pool_keeps_argmax_impl(const PoolParams&, const Shape&) const { return false; }
+  /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).
+  virtual void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
+                                            const Tensor& argmax);
+  /// pool_backward (relu false) or max_pool_relu_backward (relu true) from the forward's argmax.
+  virtual void max_pool_backward_argmax_impl(const PoolParams& p, const Tensor& y, const Tensor& argmax,
+                                             const Tensor& dy, const Tensor& dx, bool relu);
   virtual void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) = 0;
   virtual void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) = 0;
   virtual void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -147,10 +147,39 @@ void Backend::add(const Tensor& a, const Tensor& b, const Tensor& y) {
 
 // ---- pooling -----------------------------------------------------------------
 
-void Backend::pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y) {
+bool Backend::max_pool_keeps_argmax(const PoolParams& p, const Shape& x) const {
+  return p.kind == PoolKind::Max && max_pool_keeps_argmax_impl(p, x);
+}
+
+namespace {
+/// An argmax tensor for y: uint8, y's shape, of a geometry whose argmax the backend keeps.
+void check_argmax(const char* op, const Backend& be, const PoolParams& p, const Tensor& x, const Tensor& y,
+                  const Tensor& argmax) {
+  require_data(op, "argmax", argmax);
+  MPX_VALIDATE(argmax.dtype == DType::U8, "{}: argmax must be uint8, got {}", op, dtype_name(argmax.dtype));
+  require_same_shape(op, "y", y, "argmax", argmax);
+  MPX_VALIDATE(be.max_pool_keeps_argmax(p, x.shape), "{}: this backend keeps no argmax for {}x{} {} pooling of x {}",
+               op, p.R, p.S, p.kind == PoolKind::Max ? "max" : "average", x.str());
+}
+}  // namespace
+
+void Backend::pool_forward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& argmax) {
   check_pool_shapes("pool_forward", p, x, y);
+  if (!argmax.empty()) check_argmax("pool_forward", *this, p, x, y, argmax);
   if (y.numel() == 0) return;
-  pool_forward_impl(p, x, y);
+  if (argmax.empty())
+    pool_forward_impl(p, x, y);
+  else
+    max_pool_forward_argmax_impl(p, x, y, argmax);
+}
+
+void Backend::max_pool_forward_argmax_impl(const PoolParams&, const Tensor&, const Tensor&, const Tensor&) {
+  MPX_VALIDATE(false, "pool_forward: this backend keeps no max-pooling argmax");
+}
+
+void Backend::max_pool_backward_argmax_impl(const PoolParams&, const Tensor&, const Tensor&, const Tensor&,
+                                            const Tensor&, bool) {
+  MPX_VALIDATE(false, "pool_backward: this backend keeps no max-pooling argmax");
 }
 
 namespace {
@@ -168,19 +197,27 @@ void check_pool_backward(const char* op, const PoolParams& p, const Tensor& x, c
 }  // namespace
 
 void Backend::pool_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                            const Tensor& dx) {
+                            const Tensor& dx, const Tensor& argmax) {
   check_pool_backward("pool_backward", p, x, y, dy, dx);
+  if (!argmax.empty()) check_argmax("pool_backward", *this, p, x, y, argmax);
   if (dx.numel() == 0) return;
-  pool_backward_impl(p, x, y, dy, dx);
+  if (argmax.empty())
+    pool_backward_impl(p, x, y, dy, dx);
+  else
+    max_pool_backward_argmax_impl(p, y, argmax, dy, dx, false);
 }
 
 void Backend::max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                                     const Tensor& dx) {
+                                     const Tensor& dx, const Tensor& argmax) {
   const char* op = "max_pool_relu_backward";
   MPX_VALIDATE(p.kind == PoolKind::Max, "{}: needs max pooling, got average", op);
   check_pool_backward(op, p, x, y, dy, dx);
+  if (!argmax.empty()) check_argmax(op, *this, p, x, y, argmax);
   if (dx.numel() == 0) return;
-  max_pool_relu_backward_impl(p, x, y, dy, dx);
+  if (argmax.empty())
+    max_pool_relu_backward_impl(p, x, y, dy, dx);
+  else
+    max_pool_backward_argmax_impl(p, y, argmax, dy, dx, true);
 }
 
 void Backend::max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,

@@ -39,6 +39,10 @@ class Pool : public Layer {
                                     in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, in[2]};
     y_ = c.plan(t, out_shape_, name() + " output", true);
+    // Max pooling whose window positions the backend keeps: the backward reads them
+    // instead of searching the input again.
+    if (c.be->max_pool_keeps_argmax(p_, Shape{1, in[0], in[1], in[2]}))
+      argmax_ = c.plan(DType::U8, out_shape_, name() + " argmax", true);
   }
 
   bool fuse_input_relu() override {
@@ -49,17 +53,19 @@ class Pool : public Layer {
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     const Tensor y = y_.at(x.shape[0]);
-    c.be->pool_forward(p_, x, y);
+    argmax_kept_ = c.training && !argmax_.empty();  // only a training step's backward reads it
+    c.be->pool_forward(p_, x, y, argmax_kept_ ? argmax_.at(x.shape[0]) : Tensor());
     return y;
   }
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
     const Tensor dx = dx_.at(dy.shape[0]);
+    const Tensor argmax = argmax_kept_ ? argmax_.at(dy.shape[0]) : Tensor();
     if (relu_input_)
-      c.be->max_pool_relu_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
+      c.be->max_pool_relu_backward(p_, x_, y_.at(dy.shape[0]), dy, dx, argmax);
     else
-      c.be->pool_backward(p_, x_, y_.at(dy.shape[0]), dy, dx);
+      c.be->pool_backward(p_, x_, y_.at(dy.shape[0]), dy, dx, argmax);
     return dx;
   }
 
@@ -67,6 +73,8 @@ class Pool : public Layer {
   PoolParams p_;
   bool relu_input_ = false;  // x is a relu's output whose gradient this layer computes too
   Planned y_;
+  Planned argmax_;            // uint8 window positions, where the backend keeps them
+  bool argmax_kept_ = false;  // the last forward wrote argmax_
   Tensor x_;
 };
 

@@ -239,6 +239,19 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("max_pool_relu_backward");
     cpu::pool_backward(ctx_, p, x, y, dy, dx, true);
   }
+  bool max_pool_keeps_argmax_impl(const PoolParams& p, const Shape& x) const override {
+    return cpu::max_pool_keeps_argmax(p, x);
+  }
+  void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
+                                    const Tensor& argmax) override {
+    MPX_OP_TIMER("pool_forward");
+    cpu::max_pool_forward_argmax(p, x, y, argmax);
+  }
+  void max_pool_backward_argmax_impl(const PoolParams& p, const Tensor& y, const Tensor& argmax, const Tensor& dy,
+                                     const Tensor& dx, bool relu) override {
+    MPX_OP_TIMER(relu ? "max_pool_relu_backward" : "pool_backward");
+    cpu::max_pool_backward_argmax(p, y, argmax, dy, dx, relu);
+  }
   void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override {
     MPX_OP_TIMER("global_avg_pool_forward");
     cpu::global_avg_pool_forward(ctx_, x, y);

@@ -46,6 +46,12 @@ void pool_forward(Context& ctx, const PoolParams& p, const Tensor& x, const Tens
 /// relu_input (max pooling only): x is a relu's output, and dx is also that relu's gradient.
 void pool_backward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                    const Tensor& dx, bool relu_input = false);
+/// Max pooling that keeps each output's window position (Backend::max_pool_keeps_argmax):
+/// the tiled geometries, where the kernels are mpx's own.
+bool max_pool_keeps_argmax(const PoolParams& p, const Shape& x);
+void max_pool_forward_argmax(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& argmax);
+void max_pool_backward_argmax(const PoolParams& p, const Tensor& y, const Tensor& argmax, const Tensor& dy,
+                              const Tensor& dx, bool relu_input);
 void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y);
 void global_avg_pool_backward(Context& ctx, const Tensor& dy, const Tensor& dx);
 

@@ -94,12 +94,22 @@ PoolIsa pool_isa() {  // the variables are read at each call: the tests switch t
   return hw;
 }
 
-void tiled_max_forward_dispatch(const PGeo& g, const void* x, void* y, DType dt) {
+void tiled_max_forward_dispatch(const PGeo& g, const void* x, void* y, DType dt, uint8_t* argmax = nullptr) {
   const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
   switch (pool_isa()) {
-    case PoolIsa::Avx512: return avx512::tiled_max_forward(t, x, y, dt);
-    case PoolIsa::Avx2: return avx2::tiled_max_forward(t, x, y, dt);
-    case PoolIsa::Base: return base::tiled_max_forward(t, x, y, dt);
+    case PoolIsa::Avx512: return avx512::tiled_max_forward(t, x, y, dt, argmax);
+    case PoolIsa::Avx2: return avx2::tiled_max_forward(t, x, y, dt, argmax);
+    case PoolIsa::Base: return base::tiled_max_forward(t, x, y, dt, argmax);
+  }
+}
+
+void tiled_max_backward_argmax_dispatch(const PGeo& g, const void* y, const uint8_t* argmax, const void* dy,
+                                        void* dx, bool relu, DType dt) {
+  const TiledGeo t{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S};
+  switch (pool_isa()) {
+    case PoolIsa::Avx512: return avx512::tiled_max_backward_argmax(t, y, argmax, dy, dx, relu, dt);
+    case PoolIsa::Avx2: return avx2::tiled_max_backward_argmax(t, y, argmax, dy, dx, relu, dt);
+    case PoolIsa::Base: return base::tiled_max_backward_argmax(t, y, argmax, dy, dx, relu, dt);
   }
 }
 
@@ -174,6 +184,22 @@ void avg_pool_dnnl(Context& ctx, const AvgGeo& a, const float* in, float* out, b
 }
 
 }  // namespace
+
+bool max_pool_keeps_argmax(const PoolParams& pp, const Shape& x) {
+  return pp.kind == PoolKind::Max && !reference_loops() && tiled_max(pp, geometry(pp, x));
+}
+
+void max_pool_forward_argmax(const PoolParams& pp, const Tensor& x, const Tensor& y, const Tensor& argmax) {
+  MPX_CHECK(max_pool_keeps_argmax(pp, x.shape) && x.dtype == y.dtype);
+  tiled_max_forward_dispatch(geometry(pp, x.shape), x.data, y.data, x.dtype, static_cast<uint8_t*>(argmax.data));
+}
+
+void max_pool_backward_argmax(const PoolParams& pp, const Tensor& y, const Tensor& argmax, const Tensor& dy,
+                              const Tensor& dx, bool relu_input) {
+  MPX_CHECK(max_pool_keeps_argmax(pp, dx.shape) && y.dtype == dy.dtype && dy.dtype == dx.dtype);
+  tiled_max_backward_argmax_dispatch(geometry(pp, dx.shape), y.data, static_cast<const uint8_t*>(argmax.data),
+                                     dy.data, dx.data, relu_input, dx.dtype);
+}
 
 void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {
   const PGeo g = geometry(pp, x.shape);

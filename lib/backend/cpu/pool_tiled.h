@@ -14,16 +14,20 @@ struct TiledGeo {
   int64_t N, H, W, C, P, Q, R, S;
 };
 
-// Every tensor of a call holds elements of dtype t: F32, BF16 or F16.
-namespace avx2 {
-void tiled_max_forward(const TiledGeo& g, const void* x, void* y, DType t);
-/// relu: also the backward of the relu whose output x is (dx = 0 where x <= 0).
-void tiled_max_backward(const TiledGeo& g, const void* x, const void* dy, void* dx, bool relu, DType t);
-}  // namespace avx2
-
-namespace avx512 {
-void tiled_max_forward(const TiledGeo& g, const void* x, void* y, DType t);
-void tiled_max_backward(const TiledGeo& g, const void* x, const void* dy, void* dx, bool relu, DType t);
-}  // namespace avx512
+// Every tensor of a call holds elements of dtype t: F32, BF16 or F16; argmax (y's shape) the
+// window position r * S + s of each output's first maximum.
+#define MPX_TILED_MAX_DECL(ns)                                                                             \
+  namespace ns {                                                                                           \
+  /** argmax: written when not null. */                                                                  \
+  void tiled_max_forward(const TiledGeo& g, const void* x, void* y, DType t, uint8_t* argmax);             \
+  /** relu: also the backward of the relu whose output x is (dx = 0 where x <= 0). */                    \
+  void tiled_max_backward(const TiledGeo& g, const void* x, const void* dy, void* dx, bool relu, DType t);  \
+  /** The backward from the forward's argmax and y (relu: dy passes only where y > 0). */                \
+  void tiled_max_backward_argmax(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy,  \
+                                 void* dx, bool relu, DType t);                                            \
+  }
+MPX_TILED_MAX_DECL(avx2)
+MPX_TILED_MAX_DECL(avx512)
+#undef MPX_TILED_MAX_DECL
 
 }  // namespace mpx::cpu
