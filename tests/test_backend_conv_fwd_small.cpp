@@ -35,19 +35,17 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
                        const std::vector<float>& b, bool relu, DType t, int threads) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t ny = static_cast<size_t>(g.N * g.P * g.Q * g.K);
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  const support::OmpThreads th(threads);
   std::vector<float> scratch(cpu::conv_fwd_small_scratch(g, threads), nan);
   std::vector<float> y(ny, nan);
   if (t == DType::F32) {
     cpu::conv_fwd_small(g, x.data(), w.data(), b.data(), relu, y.data(), t, scratch.data());
   } else {
-    std::vector<uint16_t> x16(x.size()), y16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
-    convert(x.data(), DType::F32, x16.data(), t, x.size());
+    const std::vector<uint16_t> x16 = support::to16(x, t);
+    std::vector<uint16_t> y16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
     cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), relu, y16.data(), t, scratch.data());
     convert(y16.data(), t, y.data(), DType::F32, ny);
   }
-  omp_set_num_threads(saved);
   return y;
 }
 
@@ -59,16 +57,7 @@ double unit_roundoff(DType t) {
 
 TEST_CASE("few-channel forward convolution: within its float32 summation bound of the float64 reference",
           "[backend][cpu][conv]") {
-  const ConvCase cases[] = {
-      {"MNIST-like 3x3 valid, C=1, K=32", 3, 12, 11, 1, 32, 3, 3, 0, 0, 0, 0},
-      {"CIFAR-like 3x3 same, C=3, K=64", 2, 9, 10, 3, 64, 3, 3, 1, 1, 1, 1},
-      {"5x5 same, C=2, K=16", 2, 7, 6, 2, 16, 5, 5, 2, 2, 2, 2},
-      {"1x1, C=4, K=32", 3, 5, 4, 4, 32, 1, 1, 0, 0, 0, 0},
-      {"2x2 same (padding after), C=3, K=16", 2, 5, 7, 3, 16, 2, 2, 0, 0, 1, 1},
-      {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
-      {"a single output column, C=1, K=16", 2, 6, 3, 1, 16, 3, 3, 0, 0, 0, 0},
-  };
-  for (const ConvCase& c : cases)
+  for (const ConvCase& c : support::few_channel_cases())
     for (DType t : {DType::F32, DType::BF16, DType::F16})
       for (bool relu : {false, true}) DYNAMIC_SECTION(c.name << " " << dtype_name(t) << (relu ? " relu" : "")) {
           const Conv2dParams p = c.params();

@@ -30,27 +30,19 @@ namespace {
 
 using support::ConvCase;
 
-std::vector<uint16_t> to16(const std::vector<float>& v, DType t) {
-  std::vector<uint16_t> r(v.size());
-  convert(v.data(), DType::F32, r.data(), t, v.size());
-  return r;
-}
-
 /// dw and db of the kernel at `threads` threads; x and dy given as float32 values of dtype t.
 std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x,
                                                       const std::vector<float>& dy, DType t, int threads) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> dw(static_cast<size_t>(g.K * g.R * g.S * g.C), nan), db(static_cast<size_t>(g.K), nan);
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  const support::OmpThreads th(threads);
   std::vector<float> scratch(cpu::conv_wgrad_small_scratch(g, threads), nan);
   if (t == DType::F32) {
     cpu::conv_wgrad_small(g, x.data(), dy.data(), t, dw.data(), db.data(), scratch.data());
   } else {
-    const std::vector<uint16_t> x16 = to16(x, t), dy16 = to16(dy, t);
+    const std::vector<uint16_t> x16 = support::to16(x, t), dy16 = support::to16(dy, t);
     cpu::conv_wgrad_small(g, x16.data(), dy16.data(), t, dw.data(), db.data(), scratch.data());
   }
-  omp_set_num_threads(saved);
   return {dw, db};
 }
 
@@ -58,16 +50,7 @@ std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Ge
 
 TEST_CASE("few-channel weight gradient: within its float32 summation bound of the float64 reference",
           "[backend][cpu][conv]") {
-  const ConvCase cases[] = {
-      {"MNIST-like 3x3 valid, C=1, K=32", 3, 12, 11, 1, 32, 3, 3, 0, 0, 0, 0},
-      {"CIFAR-like 3x3 same, C=3, K=64", 2, 9, 10, 3, 64, 3, 3, 1, 1, 1, 1},
-      {"5x5 same, C=2, K=16", 2, 7, 6, 2, 16, 5, 5, 2, 2, 2, 2},
-      {"1x1, C=4, K=32", 3, 5, 4, 4, 32, 1, 1, 0, 0, 0, 0},
-      {"2x2 same (padding after), C=3, K=16", 2, 5, 7, 3, 16, 2, 2, 0, 0, 1, 1},
-      {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
-      {"a tall image: many rows per thread, C=1, K=16", 1, 70, 5, 1, 16, 3, 3, 1, 1, 1, 1},
-  };
-  for (const ConvCase& c : cases)
+  for (const ConvCase& c : support::few_channel_cases())
     for (DType t : {DType::F32, DType::BF16, DType::F16}) DYNAMIC_SECTION(c.name << " " << dtype_name(t)) {
       const Conv2dParams p = c.params();
       const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);

@@ -32,27 +32,14 @@ struct Shape3 {
   int64_t N, Ci, Co;
 };
 
-/// The 16-bit storage of float32 values (exact when they are values of t); float32 as they are.
-std::vector<uint16_t> to16(const std::vector<float>& v, DType t) {
-  std::vector<uint16_t> r(v.size());
-  convert(v.data(), DType::F32, r.data(), t, v.size());
-  return r;
-}
-
 const void* data_of(const std::vector<float>& f, const std::vector<uint16_t>& h, DType t) {
   return t == DType::F32 ? static_cast<const void*>(f.data()) : static_cast<const void*>(h.data());
 }
 
-struct Threads {
-  explicit Threads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-  int saved;
-};
-
 std::vector<float> forward(const Shape3& s, const std::vector<float>& x, DType t, const std::vector<float>& w,
                            const std::vector<float>& b, int threads) {
-  Threads th(threads);
-  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : to16(x, t);
+  const support::OmpThreads th(threads);
+  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : support::to16(x, t);
   std::vector<float> y(static_cast<size_t>(s.N * s.Co), std::numeric_limits<float>::quiet_NaN());
   cpu::dense_few_forward(s.N, s.Ci, s.Co, data_of(x, x16, t), t, w.data(), b.data(), y.data());
   return y;
@@ -61,7 +48,7 @@ std::vector<float> forward(const Shape3& s, const std::vector<float>& x, DType t
 /// dx as float32 values (of dtype t).
 std::vector<float> backward_data(const Shape3& s, const std::vector<float>& dy, const std::vector<float>& w, DType t,
                                  int threads) {
-  Threads th(threads);
+  const support::OmpThreads th(threads);
   const size_t n = static_cast<size_t>(s.N * s.Ci);
   std::vector<float> dx(n, std::numeric_limits<float>::quiet_NaN());
   if (t == DType::F32) {
@@ -76,8 +63,8 @@ std::vector<float> backward_data(const Shape3& s, const std::vector<float>& dy, 
 
 std::pair<std::vector<float>, std::vector<float>> backward_weights(const Shape3& s, const std::vector<float>& x,
                                                                    DType t, const std::vector<float>& dy, int threads) {
-  Threads th(threads);
-  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : to16(x, t);
+  const support::OmpThreads th(threads);
+  const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : support::to16(x, t);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> dw(static_cast<size_t>(s.Co * s.Ci), nan), db(static_cast<size_t>(s.Co), nan);
   cpu::dense_few_backward_weights(s.N, s.Ci, s.Co, data_of(x, x16, t), t, dy.data(), dw.data(), db.data());

@@ -28,8 +28,6 @@ constexpr int kRegs = 16;
 
 namespace {
 
-int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }  // whole 64-byte lines
-
 // In floats: the filters [tap][K] and the bias once; per thread xrows and yrow.
 struct Layout {
   int64_t wt, b, xrows, yrow, per;
@@ -37,10 +35,10 @@ struct Layout {
 
 Layout layout(const conv_detail::Geo& g) {
   Layout l{};
-  l.wt = lines(g.R * g.S * g.C * g.K);
-  l.b = lines(g.K);
-  l.xrows = lines(g.R * fwd_small_columns(g) * g.C);
-  l.yrow = lines(g.Q * g.K);
+  l.wt = whole_lines(g.R * g.S * g.C * g.K);
+  l.b = whole_lines(g.K);
+  l.xrows = whole_lines(g.R * fwd_small_columns(g) * g.C);
+  l.yrow = whole_lines(g.Q * g.K);
   l.per = l.xrows + l.yrow;
   return l;
 }
@@ -69,10 +67,7 @@ const char* conv_fwd_small_isa() { return winograd_isa(); }
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, bool relu, void* y,
                     DType io, float* scratch) {
   const Layout l = layout(g);
-  static auto* const run = [] {
-    const std::string isa = conv_fwd_small_isa();
-    return isa == "avx512" ? fsmall_avx512::run : isa == "avx2" ? fsmall_avx2::run : fsmall_base::run;
-  }();
+  static auto* const run = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
   const int64_t J = g.R * g.S * g.C, rows = g.N * g.P;
   float* wt = scratch;  // wt[j][k] = w[k][j]
   for (int64_t k = 0; k < g.K; ++k)

@@ -26,8 +26,6 @@ constexpr int kRegs = 16;
 
 namespace {
 
-int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }  // whole 64-byte lines
-
 // Per thread, in floats: acc, db, accd and dbd (doubles: two floats each), xrows, dyrow.
 struct Layout {
   int64_t acc, db, accd, dbd, xrows, dyrow, per;
@@ -35,12 +33,12 @@ struct Layout {
 
 Layout layout(const conv_detail::Geo& g) {
   Layout l{};
-  l.acc = lines((g.R * g.S * g.C + kWgradMaxTaps) * g.K);
-  l.db = lines(g.K);
-  l.accd = lines(2 * g.R * g.S * g.C * g.K);
-  l.dbd = lines(2 * g.K);
-  l.xrows = lines(g.R * wgrad_small_columns(g) * g.C);
-  l.dyrow = lines(g.Q * g.K);
+  l.acc = whole_lines((g.R * g.S * g.C + kWgradMaxTaps) * g.K);
+  l.db = whole_lines(g.K);
+  l.accd = whole_lines(2 * g.R * g.S * g.C * g.K);
+  l.dbd = whole_lines(2 * g.K);
+  l.xrows = whole_lines(g.R * wgrad_small_columns(g) * g.C);
+  l.dyrow = whole_lines(g.Q * g.K);
   l.per = l.acc + l.db + l.accd + l.dbd + l.xrows + l.dyrow;
   return l;
 }
@@ -58,10 +56,7 @@ const char* conv_wgrad_small_isa() { return winograd_isa(); }
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch) {
   const Layout l = layout(g);
-  static auto* const run = [] {
-    const std::string isa = conv_wgrad_small_isa();
-    return isa == "avx512" ? wsmall_avx512::run : isa == "avx2" ? wsmall_avx2::run : wsmall_base::run;
-  }();
+  static auto* const run = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
   const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

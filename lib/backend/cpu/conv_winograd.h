@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/cpu/conv_loops.h"
 #include "backend/cpu/elem16.h"
@@ -85,6 +86,17 @@ bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_deta
 
 /// Which build of the transforms runs: "avx512", "avx2" or "baseline" (cpuid).
 const char* winograd_isa();
+
+/// Of a kernel's three builds, the one winograd_isa() picks (the rule every per-ISA kernel of
+/// the CPU backend follows: the few-channel convolutions and the few-output dense loops too).
+template <class T>
+T by_isa(T base, T avx2, T avx512) {
+  const std::string isa = winograd_isa();
+  return isa == "avx512" ? avx512 : isa == "avx2" ? avx2 : base;
+}
+
+/// `floats` rounded up to whole 64-byte cache lines (a per-thread scratch block's size).
+inline int64_t whole_lines(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 // The transforms of one block of tiles, built once per ISA (conv_winograd.inc).
 struct WinoBlock {

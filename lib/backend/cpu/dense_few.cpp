@@ -35,12 +35,9 @@ struct Build {
 };
 
 const Build& build() {
-  static const Build b = [] {
-    const std::string isa = dense_few_isa();
-    if (isa == "avx512") return Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights};
-    if (isa == "avx2") return Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights};
-    return Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights};
-  }();
+  static const Build b = by_isa(Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights},
+                                Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights},
+                                Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights});
   return b;
 }
 

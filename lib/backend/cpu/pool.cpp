@@ -189,14 +189,14 @@ bool max_pool_keeps_argmax(const PoolParams& pp, const Shape& x) {
   return pp.kind == PoolKind::Max && !reference_loops() && tiled_max(pp, geometry(pp, x));
 }
 
+// Backend::pool_forward and the backward ops checked the geometry (max_pool_keeps_argmax), the
+// argmax's dtype and shape and the tensors' common dtype before calling these.
 void max_pool_forward_argmax(const PoolParams& pp, const Tensor& x, const Tensor& y, const Tensor& argmax) {
-  MPX_CHECK(max_pool_keeps_argmax(pp, x.shape) && x.dtype == y.dtype);
   tiled_max_forward_dispatch(geometry(pp, x.shape), x.data, y.data, x.dtype, static_cast<uint8_t*>(argmax.data));
 }
 
 void max_pool_backward_argmax(const PoolParams& pp, const Tensor& y, const Tensor& argmax, const Tensor& dy,
                               const Tensor& dx, bool relu_input) {
-  MPX_CHECK(max_pool_keeps_argmax(pp, dx.shape) && y.dtype == dy.dtype && dy.dtype == dx.dtype);
   tiled_max_backward_argmax_dispatch(geometry(pp, dx.shape), y.data, static_cast<const uint8_t*>(argmax.data),
                                      dy.data, dx.data, relu_input, dx.dtype);
 }
