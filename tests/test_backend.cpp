@@ -15,6 +15,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
+#include "support/pool_bound.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -382,6 +383,50 @@ TEST_CASE("backend max pooling routes the gradient to the first maximum of a tie
   Tensor dx = d.make(DType::F32, Shape{1, 2, 2, 1});
   d.be->pool_backward(p, x, y, dy, dx);
   check_exact("first max", d.get(dx), {0.0f, 5.0f, 0.0f, 0.0f});
+}
+
+// The bound that the CUDA agreement tests hold both backends to (tests/support/pool_bound.h):
+// every element of the CPU's average pooling within the float32 summation bound of float64.
+TEST_CASE("backend average pooling is within the float32 summation bound of the float64 reference") {
+  auto t = GENERATE(DType::F32, DType::F16, DType::BF16);
+  Dev d;
+  Rng rng(43);
+  PoolParams p;
+  p.kind = PoolKind::Avg;
+  p.R = p.S = 3;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = 1;
+  const Shape xs{3, 9, 8, 5};
+  const int P = p.out_h(9), Q = p.out_w(8);
+  std::vector<float> xv, dyv;
+  Tensor x = d.rand(rng, t, xs, &xv);
+  Tensor dy = d.rand(rng, t, Shape{3, P, Q, 5}, &dyv);
+  Tensor y = d.make(t, Shape{3, P, Q, 5}), dx = d.make(t, xs);
+  d.be->pool_forward(p, x, y);
+  d.be->pool_backward(p, x, y, dy, dx);
+  const support::AvgPoolRef r = support::avg_pool_reference(p, t, xs, xv, P, Q, dyv);
+  auto within = [](const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+                   const std::vector<double>& bound) {
+    REQUIRE(got.size() == ref.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO(what << " element " << i << ": " << got[i] << " against " << ref[i] << ", bound " << bound[i]);
+      REQUIRE(std::fabs(got[i] - ref[i]) <= bound[i]);
+    }
+  };
+  within("avg forward", d.get(y), r.y, r.y_bound);
+  within("avg backward", d.get(dx), r.dx, r.dx_bound);
+
+  const Shape gs{4, 7, 6, 33};
+  std::vector<float> gv;
+  Tensor gx = d.rand(rng, t, gs, &gv);
+  Tensor gy = d.make(t, Shape{4, 33});
+  d.be->global_avg_pool_forward(gx, gy);
+  PoolParams whole;
+  whole.kind = PoolKind::Avg;
+  whole.R = 7;
+  whole.S = 6;
+  const support::AvgPoolRef g =
+      support::avg_pool_reference(whole, t, gs, gv, 1, 1, std::vector<float>(static_cast<size_t>(4 * 33), 0.0f));
+  within("global avg forward", d.get(gy), g.y, g.y_bound);
 }
 
 TEST_CASE("backend global average pooling") {
