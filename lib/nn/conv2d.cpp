@@ -40,6 +40,10 @@ class Conv2d : public Layer {
       throw ConfigError(fmt::format("{}: the device cannot run this convolution in {}: {}. Use policy float32, or "
                                     "dtype: float32 on this layer",
                                     where(cfg), dtype_name(t), s.reason));
+    if (!s.input_grad)
+      no_input_grad_ = fmt::format("{}: the device cannot compute this convolution's input gradient in {}: {}. Use "
+                                   "policy float32, or dtype: float32 on this layer",
+                                   where(cfg), dtype_name(t), s.input_grad_reason);
     const int64_t rs = int64_t{p_.R} * p_.S;
     kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot, rs * C, rs * K);
     param_ids_.push_back(kernel_);
@@ -50,6 +54,13 @@ class Conv2d : public Layer {
     if (is_16bit(t)) c.need_scratch(K * rs * C, K);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
+  }
+
+  // Only a layer whose input gradient is computed (every one but the first) plans it; that is
+  // where a device without a backward-data algorithm for this shape stops the run (exit 2).
+  void plan_dx(Context& c) override {
+    if (!no_input_grad_.empty()) throw ConfigError(no_input_grad_);
+    Layer::plan_dx(c);
   }
 
   bool ends_in_relu() const override { return act_.is_relu(); }
@@ -81,6 +92,7 @@ class Conv2d : public Layer {
   int kernel_ = -1, bias_ = -1;
   Planned y_;
   Tensor x_;
+  std::string no_input_grad_;  // why the device cannot run backward data here; empty when it can
 };
 
 }  // namespace
