@@ -38,7 +38,12 @@ struct LossScaleConfig {
 
 struct AugmentConfig {
   int random_crop_padding = 0;
+  /// Outside the image the crop sees zeros, or the image mirrored about its edge pixel.
+  PadMode padding_mode = PadMode::Zeros;
   bool horizontal_flip = false;
+  /// random: each epoch flips each image with probability 1/2; alternating: epoch 0 as
+  /// random, then every image flips on the epochs where its epoch-0 choice is inverted.
+  FlipMode flip_mode = FlipMode::Random;
 };
 
 struct DataConfig {

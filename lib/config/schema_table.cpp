@@ -123,7 +123,11 @@ const std::vector<Key<Config>>& config_keys() {
       "per-channel mean; [] = the dataset's standard statistics"),
     k("data.normalize.std", MPX_F(data.std), Nums(R::gt(0)), "per-channel standard deviation (as many as mean)"),
     MPX_KEY(data.augment.random_crop_padding, Int(0, 1024), "pad by this many pixels, then crop at random (0 = off)"),
+    MPX_KEY(data.augment.padding_mode, Enum<PadMode>(),
+      "what the crop sees outside the image: zeros, or the image reflected about its edge (reflect: padding < H, W)"),
     MPX_KEY(data.augment.horizontal_flip, Bool(), "flip half the images left-right"),
+    MPX_KEY(data.augment.flip_mode, Enum<FlipMode>(),
+      "random: a new coin per image every epoch; alternating: epoch 0 at random, then each image flips every other epoch"),
     MPX_KEY(data.synthetic_train, Int(1, kIntMax), "synthetic: training records"),
     MPX_KEY(data.synthetic_test, Int(1, kIntMax), "synthetic: test records"),
 
