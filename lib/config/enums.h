@@ -65,7 +65,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_ACTIVATIONS(X) MPX_ACTIVATION_ROWS(X) X(Softmax, "softmax")
 #define MPX_OPTIMIZERS(X) X(Sgd, "sgd") X(Adam, "adam") X(AdamW, "adamw")
 #define MPX_SCHEDULES(X) \
-  X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau")
+  X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau") \
+  X(Triangular, "triangular")
 #define MPX_SYNC_MODES(X) X(Auto, "auto") X(Step, "step") X(Log, "log")
 #define MPX_EVAL_POLICIES(X) X(Same, "same") X(Float32, "float32")
 #define MPX_OVERLAP_MODES(X) X(Auto, "auto") X(On, "on") X(Off, "off")

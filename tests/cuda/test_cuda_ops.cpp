@@ -354,6 +354,14 @@ TEST_CASE("cuda: softmax cross-entropy (float32 loss sum, correct count, dlogits
     be().cpu->softmax_cross_entropy(z.c, labels.c, 1.0f, loss2.c, correct2.c, Tensor());
     be().gpu->softmax_cross_entropy(z.g, labels.g, 1.0f, loss2.g, correct2.g, Tensor());
     expect_close(loss2, 1e-5, "loss sum, no dlogits");
+    // Label smoothing (the logits' sum is a warp reduction on the GPU, a loop on the CPU).
+    Dual loss3 = poisoned(DType::F32, Shape{1}), correct3 = poisoned(DType::F32, Shape{1});
+    Dual dz3 = poisoned(DType::F32, Shape{N, K});
+    be().cpu->softmax_cross_entropy(z.c, labels.c, 1024.0f, loss3.c, correct3.c, dz3.c, 0.1f);
+    be().gpu->softmax_cross_entropy(z.g, labels.g, 1024.0f, loss3.g, correct3.g, dz3.g, 0.1f);
+    expect_close(loss3, 1e-5, "smoothed loss sum K=" + std::to_string(K));
+    expect_bits(correct3, "smoothed correct count K=" + std::to_string(K));
+    expect_close(dz3, 1e-5, "smoothed dlogits K=" + std::to_string(K));
   }
 }
 
