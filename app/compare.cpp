@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "report/html.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -148,10 +149,7 @@ void run_compare(const CompareArgs& a) {
     j["run_dir"] = r.run_dir;
     arr.push_back(j);
   }
-  {
-    std::ofstream out(base + "/compare.json");
-    out << arr.dump(2) << '\n';
-  }
+  write_file_atomic(base + "/compare.json", arr.dump(2) + "\n");
   if (!a.report.empty()) {
     std::vector<std::string> dirs;
     for (const auto& row : rows) dirs.push_back(base + "/" + row.policy);
