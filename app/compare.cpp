@@ -201,7 +201,10 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->add_flag("--json", a->json, "Print one JSON array (an object per policy) on stdout");
   cmd->add_option("--report", a->report, "Also write the runs as one HTML report (as mpx report does) to this file");
-  cmd->callback([a] { run_compare(*a); });
+  cmd->callback([a] {
+    stop_at_step_boundary().store(true);  // a stop signal saves the state at the next step
+    run_compare(*a);
+  });
 }
 
 }  // namespace mpx::app
