@@ -131,3 +131,19 @@ TEST_CASE("report limits: a summary.json over its limit is exit 3 naming it", "[
   CHECK(r.err.find("run/summary.json: 2097183 bytes, more than the 1048576 bytes mpx report reads") !=
         std::string::npos);
 }
+
+TEST_CASE("report limits: a summary.json with bytes that are not UTF-8 is unreadable, not an internal error", "[cli][report][limits]") {
+  // The file does not parse; the parse error quotes the bad bytes in the run's message, and
+  // dumping that message as JSON threw: exit 1 "internal error".
+  TempDir t("mpx_report_utf8");
+  fs::create_directories(t.path / "run");
+  write_file(t.path / "run" / "summary.json",
+             "{\"status\":\"completed\",\"steps\":8,\"policy\xff\xff\":\"float32\",\"message\":\"ok\"}");
+  for (const char* f : {"json", "csv", "text", "markdown"}) {
+    const support::Run r = support::run_mpx(std::string("report --table run --format ") + f, t.path);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("unreadable") != std::string::npos);
+    CHECK(r.out.find("summary.json") != std::string::npos);
+  }
+  CHECK(support::run_mpx("report run --out r.html", t.path).code == 0);
+}

@@ -82,7 +82,7 @@ std::string summary_list(const RunData& r) {
     if (it == s.end() || it->is_null()) return "-";
     if (it->is_string()) return it->get<std::string>();
     if (it->is_number_float()) return fmt::format("{:.6g}", it->get<double>());
-    return it->dump();
+    return it->dump(-1, ' ', false, json::error_handler_t::replace);
   };
   std::vector<std::pair<std::string, std::string>> items = {
       {"status", r.status},
@@ -120,7 +120,9 @@ std::string runs_table(const std::vector<RunData>& runs) {
     o += fmt::format("<tr data-run=\"{}\">", html_escape(runs[i].name));
     for (size_t j = 0; j < t.columns.size(); ++j) {
       const json& v = t.rows[i][j];
-      const std::string sort_value = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
+      const std::string sort_value = v.is_null()     ? ""
+                                     : v.is_string() ? v.get<std::string>()
+                                                     : v.dump(-1, ' ', false, json::error_handler_t::replace);
       std::string text = html_escape(cell_text(t.columns[j], v));
       if (t.columns[j].key == "run") text = fmt::format("<a href=\"#run-{}\">{}</a>", i, text);
       if (t.columns[j].key == "status")
