@@ -216,6 +216,12 @@ TEST_CASE("special files: a FIFO as an input is refused or read, never waited on
   CHECK(r.code == 0);
   CHECK(contains(r.out, "config OK"));
 
+  // A FIFO as a checkpoint: exit 3 naming it, never opened.
+  REQUIRE(::mkfifo((t.path / "ck.fifo").c_str(), 0644) == 0);
+  r = run_timed("export --config c.yaml --checkpoint ck.fifo --out w.safetensors", t.path, 20);
+  CHECK(r.code == 3);
+  CHECK(contains(r.err, "'ck.fifo': it is a FIFO (named pipe), not a checkpoint file"));
+
   // A FIFO as a run's metrics.jsonl: `mpx report` refuses it (exit 3) instead of hanging.
   fs::create_directories(t.path / "run");
   write_file(t.path / "run" / "summary.json", R"({"status":"completed"})");

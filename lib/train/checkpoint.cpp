@@ -324,6 +324,10 @@ std::string resolve_checkpoint_path(const std::string& arg) {
     if (fs::is_regular_file(p / "last.ckpt", ec)) return (p / "last.ckpt").string();
     throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory?)");
   }
+  struct stat st {};
+  if (::stat(arg.c_str(), &st) == 0)  // exists, but is neither: a FIFO, a device (never opened)
+    throw DataError("--resume '" + arg + "': it is " + file_kind_name(st.st_mode) +
+                    ", not a checkpoint file or a run directory");
   throw ConfigError("--resume '" + arg + "': no such file or run directory");
 }
 
