@@ -130,7 +130,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   InputFile in(path);
   if (!in.ok()) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, in.error()));
   if (!in.regular() && !in.fifo() && !in.char_device())
-    throw ConfigError(fmt::format("{}: cannot read config file: it is {}, not a file", path, in.kind()));
+    throw ConfigError(fmt::format("{}: cannot read config file: it is {}", path, in.kind()));
   if (in.fifo() && in.fifo_without_writer())
     throw ConfigError(fmt::format("{}: the config is {} that no process is writing to, so there is nothing to "
                                   "read; give a regular file, or write the config into the pipe",

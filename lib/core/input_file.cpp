@@ -13,7 +13,7 @@ namespace mpx {
 
 std::string file_kind_name(mode_t mode) {
   if (S_ISREG(mode)) return "a regular file";
-  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";

@@ -32,7 +32,7 @@ class InputFile {
   bool char_device() const;
   /// The size of a regular file (0 for anything else).
   uint64_t size() const;
-  /// "a FIFO", "a character device", "a folder", ... for messages ("a regular file" too).
+  /// "a FIFO", "a character device", "a directory", ... for messages ("a regular file" too).
   std::string kind() const;
 
   /// Up to `n` bytes into `dst`; fewer only at the end of the file. For a FIFO or pipe
@@ -53,7 +53,7 @@ class InputFile {
   int pending_ = -1;  // a byte read by fifo_without_writer(), handed out by the next read()
 };
 
-/// "a FIFO", "a character device", "a block device", "a socket", "a folder", "a regular file".
+/// "a FIFO", "a character device", "a block device", "a socket", "a directory", "a regular file".
 std::string file_kind_name(mode_t mode);
 
 }  // namespace mpx
