@@ -196,6 +196,17 @@ TEST_CASE("special files: a write error on stdout is exit 6", "[cli][special]") 
   // The same commands to a node that takes the bytes: exit 0.
   REQUIRE(make_char_node(t.path / "null", 1, 3));
   CHECK(run_timed("report --table run", t.path, 60, "null").code == 0);
+
+  // stderr: a successful command whose log lines were lost is exit 6 too; a failed one
+  // keeps its own code.
+  const auto with_stderr_full = [&](const std::string& args) {
+    const std::string cmd = "cd " + shell_quote(t.path.string()) + " && timeout -k 5 60 " + shell_quote(MPX_BINARY) +
+                            " " + args + " > /dev/null 2> full < /dev/null";
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  CHECK(with_stderr_full("export --config c.yaml --out w.safetensors") == 6);
+  CHECK(with_stderr_full("validate --config missing.yaml") == 2);
 }
 
 TEST_CASE("special files: a FIFO as an input is refused or read, never waited on forever", "[cli][special]") {
