@@ -89,8 +89,9 @@ void setup_logging() {
 /// process ends with exit 130 and says that no checkpoint was written. Any other command ends
 /// at once with exit 130. A second signal: the signal's default action.
 void say(const std::string& line) {
-  mpx::live_line::clear();
-  const std::string text = line + "\n";
+  // The progress line is wiped with the message itself: stdio's stderr lock may be held by a
+  // thread that is blocked writing, and this must not wait for it.
+  const std::string text = (mpx::live_line::shown() ? "\r\033[K" : "") + line + "\n";
   (void)!::write(STDERR_FILENO, text.data(), text.size());  // never waits on spdlog's lock
 }
 
