@@ -149,6 +149,19 @@ TEST_CASE("special files: --out on a FIFO streams to its reader, or is refused w
   CHECK(is_fifo_node(t.path / "pipe"));
 }
 
+TEST_CASE("special files: a FIFO in the run directory as metrics.jsonl is exit 6 at once, not a hang",
+          "[cli][special]") {
+  TempDir t("mpx_special_fifo_metrics");
+  write_file(t.path / "c.yaml", kConfig);
+  fs::create_directories(t.path / "run");
+  REQUIRE(::mkfifo((t.path / "run" / "metrics.jsonl").c_str(), 0644) == 0);
+  const support::Run r = run_timed("train --no-progress --config c.yaml --run-dir run", t.path, 30);
+  // Refused as a run directory (it is not one) or, where it is used, at the FIFO: never a hang.
+  CHECK((r.code == 2 || r.code == 6));
+  if (r.code == 6) CHECK(contains(r.err, "run/metrics.jsonl' for writing: it is a FIFO (named pipe) that no process"));
+  CHECK(is_fifo_node(t.path / "run" / "metrics.jsonl"));
+}
+
 TEST_CASE("special files: '-' and /dev/stdout write to stdout; a symlink is replaced, not its target",
           "[cli][special]") {
   TempDir t("mpx_special_stdout");

@@ -250,6 +250,34 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
                             path, file_kind_name(st.st_mode)));
 }
 
+std::FILE* open_for_writing(const std::string& path, bool append) {
+  // O_NONBLOCK: a FIFO that nobody reads fails at once (ENXIO) instead of hanging open().
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
+                                          (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;  // a block device: never written
+    return nullptr;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  std::FILE* f = ::fdopen(fd, append ? "ab" : "wb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+  }
+  return f;
+}
+
+std::string open_for_writing_error(int err) {
+  if (err == ENXIO) return "it is a FIFO (named pipe) that no process reads from";
+  if (err == EINVAL) return "it is a block device; mpx never writes one";
+  return std::strerror(err);
+}
+
 void remove_temp_files_in_progress() {
   std::unique_lock<std::mutex> lock(temp_mutex(), std::try_to_lock);
   if (!lock.owns_lock()) return;
@@ -269,8 +297,8 @@ namespace {
 class FlushingFileSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   explicit FlushingFileSink(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "ab");
-    if (!f_) throw IoError("cannot open the log file '" + path + "': " + std::strerror(errno));
+    f_ = open_for_writing(path, true);
+    if (!f_) throw IoError("cannot open the log file '" + path + "': " + open_for_writing_error(errno));
   }
   ~FlushingFileSink() override {
     if (f_) std::fclose(f_);

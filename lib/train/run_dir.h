@@ -64,6 +64,13 @@ OutputKind output_kind(const std::string& path);
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write);
 void write_file_atomic(const std::string& path, const std::string& contents);
 
+/// Opens `path` for writing (appending, or truncated) as fopen() would, but without ever
+/// blocking: a FIFO that no process reads is ENXIO at once (nullptr, errno set); a block
+/// device is EINVAL. For the files written as they go (metrics.jsonl, train.log).
+std::FILE* open_for_writing(const std::string& path, bool append);
+/// The reason for a message when open_for_writing failed with `err`.
+std::string open_for_writing_error(int err);
+
 /// Removes the temporary files of the atomic writes in progress: for a process that is
 /// about to end at once (a stop signal, docs/design.md "Signals"). Never blocks.
 void remove_temp_files_in_progress();
