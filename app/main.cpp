@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The `mpx` entry point: wires the sub-commands together (one file each),
-// sets up console logging and the SIGINT/SIGTERM handlers, and turns every
-// failure into one message and the exit code of docs/design.md, in one place.
+// sets up console logging and the SIGINT/SIGTERM/SIGHUP watcher, and turns every
+// failure (a failed write to stdout or stderr included) into one message and the
+// exit code of docs/design.md, in one place.
 #include <mpx/config.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
