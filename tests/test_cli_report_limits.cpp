@@ -132,7 +132,8 @@ TEST_CASE("report limits: a summary.json over its limit is exit 3 naming it", "[
         std::string::npos);
 }
 
-TEST_CASE("report limits: a summary.json with bytes that are not UTF-8 is unreadable, not an internal error", "[cli][report][limits]") {
+TEST_CASE("report limits: a summary.json with bytes that are not UTF-8 is unreadable, not an internal error",
+          "[cli][report][limits]") {
   // The file does not parse; the parse error quotes the bad bytes in the run's message, and
   // dumping that message as JSON threw: exit 1 "internal error".
   TempDir t("mpx_report_utf8");

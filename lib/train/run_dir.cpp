@@ -171,7 +171,8 @@ void stream_into(int fd, const std::string& shown, const std::function<void(std:
   }
   try {
     write(f);
-    if (std::fflush(f) != 0 || std::ferror(f)) throw IoError(fmt::format("cannot write '{}': {}", shown, std::strerror(errno)));
+    if (std::fflush(f) != 0 || std::ferror(f))
+      throw IoError(fmt::format("cannot write '{}': {}", shown, std::strerror(errno)));
   } catch (...) {
     std::fclose(f);
     throw;
