@@ -116,6 +116,9 @@ TEST_CASE("report limits: a metrics.jsonl of hundreds of MB is read with bounded
   const auto [epochs, last_epoch] = curve_points(page, "test_accuracy");
   CHECK(epochs == kSteps / 1000);  // under the limit: every one
   CHECK(last_epoch == kSteps);
+  // The run's summary says how many records there are and how many the curves show.
+  CHECK(page.find("400000 step and 400 epoch records; the curves show ") != std::string::npos);
+  CHECK(page.find("2 unreadable lines skipped") != std::string::npos);  // the 8 MiB line and the NUL tail
 
   const Measured table = run_measured("report --table run --format json", t.path);
   CHECK(table.code == 0);

@@ -75,6 +75,18 @@ std::string charts(const std::vector<const RunData*>& runs, const std::vector<st
   return o + "</div>\n";
 }
 
+/// How many records metrics.jsonl holds and how many the curves show (docs/inputs.md,
+/// "Run directories": the curves keep at most kMaxCurvePoints of a kind).
+std::string metrics_note(const RunData& r) {
+  std::string o = fmt::format("{} step and {} epoch records", r.step_records, r.epoch_records);
+  if (r.steps.size() < r.step_records || r.epochs.size() < r.epoch_records)
+    o += fmt::format("; the curves show {} and {} of them, evenly spaced, the last included", r.steps.size(),
+                     r.epochs.size());
+  if (r.bad_metrics_lines > 0)
+    o += fmt::format("; {} unreadable line{} skipped", r.bad_metrics_lines, r.bad_metrics_lines == 1 ? "" : "s");
+  return o;
+}
+
 std::string summary_list(const RunData& r) {
   const json& s = r.summary;
   auto field = [&](const char* key) -> std::string {
@@ -100,6 +112,7 @@ std::string summary_list(const RunData& r) {
       {"peak memory", s.contains("peak_memory_bytes") && s["peak_memory_bytes"].is_number_unsigned()
                           ? format_bytes(s["peak_memory_bytes"].get<size_t>())
                           : "-"},
+      {"metrics.jsonl", metrics_note(r)},
       {"folder", r.dir},
   };
   std::string o = "<dl class=\"summary\">";
