@@ -2,6 +2,9 @@
 // conv2d: NHWC convolution with a [K, R, S, C] kernel, Keras "same"/"valid"
 // padding (asymmetric when the total is odd), optional bias, fused activation.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "nn/layer.h"
@@ -34,6 +37,11 @@ class Conv2d : public Layer {
       throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
                                     in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, K};
+    // Accepted (padding same), but the rows and columns past the input only ever meet padding zeros.
+    if (p_.R > H || p_.S > W)
+      spdlog::warn("{}: the {}x{} kernel is larger than its {}x{} input: part of its weights only ever multiply "
+                   "padding zeros; a kernel of at most {}x{} computes the same with fewer parameters",
+                   where(cfg), p_.R, p_.S, H, W, std::min(p_.R, H), std::min(p_.S, W));
     // A device that cannot run this convolution in t stops the run here, at start (exit 2).
     const Support s = c.be->supports_conv2d(p_, with_batch(c.max_batch, in), Shape{K, p_.R, p_.S, C}, t);
     if (!s.ok)
