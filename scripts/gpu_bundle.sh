@@ -129,7 +129,8 @@ for pair in "${links[@]}"; do
 done
 # zlib's link name points at the image's own runtime library.
 [[ -L $libdir/libz.so ]] && ln -sf /lib/x86_64-linux-gnu/libz.so.1 "$libdir/libz.so"
-tar -C "$PREFIX" -cJf "$BUNDLE/deps.tar.xz" $(cd "$PREFIX" && ls)
+mapfile -t top < <(cd "$PREFIX" && ls)  # usr/, and onednn/ when oneDNN came from a prefix
+tar -C "$PREFIX" -cJf "$BUNDLE/deps.tar.xz" "${top[@]}"
 rm -rf "$PREFIX"
 
 size_kib=$(du -sk "$BUNDLE" | cut -f1)
