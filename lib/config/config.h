@@ -121,6 +121,9 @@ struct TrainConfig {
   EvalPolicy eval_policy = EvalPolicy::Same;
   int64_t checkpoint_every = 1;
   int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
+  /// A finite train loss past this many times the run's starting loss ends the run as
+  /// diverged (exit 4), under every policy; 0 = off (docs/precision.md, "When training stops").
+  double divergence_factor = 100.0;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step
@@ -140,7 +143,7 @@ struct DebugConfig {
 
 struct WeightsConfig {
   /// A safetensors file (keras or pytorch layout, as `mpx export` writes) loaded
-  /// after initialization; "" = none. Relative paths are relative to the working directory.
+  /// after initialization; "" = none. Relative paths: as data.path (load_config).
   std::string init_from;
 };
 
@@ -190,6 +193,9 @@ struct Config {
 
 /// @brief Loads and validates a YAML config file, applying `overrides`
 /// ("key.path=value", as from --set) before validation. Throws ConfigError.
+/// Paths (data.path, weights.init_from) come back absolute: relative ones written in
+/// the file are relative to the file's folder, the others (--set values, the
+/// data/<dataset> default) to the current folder (docs/config.md, "Paths").
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// @brief The same from YAML text; `source` names it in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source,

@@ -157,6 +157,8 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(train.eval_policy, Enum<EvalPolicy>(), "evaluate under the training policy or float32"),
     MPX_KEY(train.checkpoint_every, Int(1, kI64Max), "epochs between checkpoints"),
     MPX_KEY(train.max_steps, Int(0, kI64Max), "stop after this many steps (0 = no limit)"),
+    MPX_KEY(train.divergence_factor, Num(R::ge(0)),
+      "stop as diverged (exit code 4) when the train loss exceeds this many times its starting value (0 = off)"),
     MPX_KEY(train.tensorboard, Bool(), "write TensorBoard event files under <run dir>/tensorboard"),
     MPX_KEY(train.sync, Enum<SyncMode>(),
       "when the host reads the loss and skip verdict: every step, or every log_every steps (auto: log on one GPU)"),
