@@ -109,6 +109,40 @@ std::string summary_list(const RunData& r) {
   return o + "</dl>\n";
 }
 
+/// summary.json's confusion matrix as a table: rows the true class, columns the predicted
+/// one, each cell shaded by its share of its row, the per-class accuracy at the end of the
+/// row; "" when the run has none.
+std::string confusion_table(const RunData& r) {
+  const auto it = r.summary.find("confusion_matrix");
+  if (it == r.summary.end() || !it->is_array() || it->empty()) return "";
+  const json& m = *it;
+  const size_t K = m.size();
+  for (const json& row : m)
+    if (!row.is_array() || row.size() != K) return "";  // not a square matrix: not drawn
+  std::string o = "<figure class=\"confusion\"><figcaption>Confusion matrix (test set, last evaluation): rows the "
+                  "true class, columns the predicted class</figcaption>\n<table class=\"confusion\"><thead><tr>"
+                  "<th>true / predicted</th>";
+  for (size_t p = 0; p < K; ++p) o += fmt::format("<th>{}</th>", p);
+  o += "<th>accuracy</th></tr></thead><tbody>\n";
+  for (size_t t = 0; t < K; ++t) {
+    double sum = 0;
+    for (const json& v : m[t]) sum += v.is_number() ? v.get<double>() : 0.0;
+    o += fmt::format("<tr><th>{}</th>", t);
+    for (size_t p = 0; p < K; ++p) {
+      const double v = m[t][p].is_number() ? m[t][p].get<double>() : 0.0;
+      const double share = sum > 0 ? v / sum : 0.0;
+      // Blue for the diagonal (right), red elsewhere (wrong), darker for a larger share.
+      const char* hue = t == p ? "33,102,172" : "178,24,43";
+      o += fmt::format("<td data-v=\"{}\" style=\"background:rgba({},{:.3f})\">{}</td>", m[t][p].dump(), hue,
+                       share, m[t][p].dump());
+    }
+    o += fmt::format("<td class=\"acc\">{}</td></tr>\n",
+                     sum > 0 ? fmt::format("{:.4f}", m[t][t].is_number() ? m[t][t].get<double>() / sum : 0.0)
+                             : std::string("–"));
+  }
+  return o + "</tbody></table></figure>\n";
+}
+
 std::string runs_table(const std::vector<RunData>& runs) {
   const Table t = run_table(runs);
   std::string o = "<div class=\"table-wrap\"><table class=\"runs sortable\"><thead><tr>";
@@ -149,6 +183,8 @@ dl.summary dt{font-size:12px;color:#666}dl.summary dd{margin:0}
 .legend span{margin-right:14px}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
 .message{white-space:pre-wrap;background:#fff4f4;padding:4px 8px}pre{background:#f6f6f8;padding:8px;overflow:auto}
+figure.confusion{margin:12px 0}table.confusion{border-collapse:collapse;font-size:12px}
+table.confusion th,table.confusion td{border:1px solid #ccc;padding:2px 6px;text-align:right}
 )";
 
 // Sorting the table by a column (numbers as numbers), and the self-check the browser test
@@ -233,7 +269,7 @@ std::string render_html(const Loaded& loaded, const std::string& title) {
                      i, html_escape(r.name), html_escape(r.status), html_escape(r.name), html_escape(r.status),
                      html_escape(r.status));
     if (!r.message.empty()) o += "<p class=\"message\">" + html_escape(r.message) + "</p>\n";
-    o += summary_list(r) + charts({&r}, {colors[i]});
+    o += summary_list(r) + charts({&r}, {colors[i]}) + confusion_table(r);
     o += "<details><summary>Resolved config (config.yaml)</summary><pre class=\"config\">" +
          html_escape(r.config_text.empty() ? "(no config.yaml)" : r.config_text) + "</pre></details>\n</section>\n";
   }

@@ -87,6 +87,7 @@ json header_to_json(const CheckpointHeader& h) {
   j["wall_seconds"] = h.wall_seconds;
   j["final_train_loss"] = finite_or_null(h.final_train_loss);
   j["final_train_accuracy"] = h.final_train_accuracy;
+  j["start_loss"] = finite_or_null(h.start_loss);
   j["params"] = h.params;
   return j;
 }
@@ -130,6 +131,7 @@ CheckpointHeader header_from_json(const json& j) {
   h.wall_seconds = j.at("wall_seconds").get<double>();
   h.final_train_loss = number_or_inf(j.at("final_train_loss"));
   h.final_train_accuracy = j.at("final_train_accuracy").get<double>();
+  if (j.contains("start_loss") && j.at("start_loss").is_number()) h.start_loss = j.at("start_loss").get<double>();
   return h;
 }
 
@@ -314,7 +316,8 @@ std::string resolve_checkpoint_path(const std::string& arg) {
   if (fs::is_directory(p, ec)) {
     if (fs::is_regular_file(p / "checkpoints" / "last.ckpt", ec)) return (p / "checkpoints" / "last.ckpt").string();
     if (fs::is_regular_file(p / "last.ckpt", ec)) return (p / "last.ckpt").string();
-    throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory?)");
+    throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory? "
+                      "one killed before its first checkpoint starts again with --run-dir " + arg + " --overwrite)");
   }
   throw ConfigError("--resume '" + arg + "': no such file or run directory");
 }

@@ -49,6 +49,7 @@ struct CheckpointHeader {
   int64_t epoch_correct = 0, epoch_count = 0, epoch_skipped = 0;
   double wall_seconds = 0;      // training time before this checkpoint
   double final_train_loss = 0, final_train_accuracy = 0;
+  double start_loss = 0;  // TrainState::start_loss (absent in older files: 0, taken again)
   /// The model's parameters as "layer/name [shape]", in arena order (absent in older files:
   /// empty). --resume compares it with the model of the config (train_state.h).
   std::vector<std::string> params;

@@ -49,10 +49,18 @@ void TrainRun::log_step(double lr, int64_t epoch_images, double epoch_seconds) {
   if (!log_->progress_on()) return;  // no formatting on the step's path without a terminal
   const double l = st_.sums.count ? st_.sums.loss() : std::nan("");
   const double a = st_.sums.count ? st_.sums.accuracy() : std::nan("");
-  log_->progress(fmt::format("epoch {}/{} {}/{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s ETA {}",
-                             st_.epoch + 1, epochs, pos, steps_per_epoch_, l, a, lr, format_scale(scaler.scale()),
+  // The bar follows train.max_steps where it ends the run first, else the epoch.
+  const bool by_steps = max_steps > 0 && max_steps < epochs * steps_per_epoch_;
+  const int64_t done = by_steps ? st_.global_step : pos, whole = by_steps ? max_steps : steps_per_epoch_;
+  constexpr int kBar = 20;
+  const int filled = static_cast<int>(std::min<int64_t>(kBar, done * kBar / std::max<int64_t>(1, whole)));
+  const std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') + std::string(kBar - filled, '.') + "]";
+  const std::string where = by_steps ? fmt::format("step {}/{} {} epoch {}/{}", done, whole, bar, st_.epoch + 1, epochs)
+                                     : fmt::format("epoch {}/{} {} {}/{}", st_.epoch + 1, epochs, bar, done, whole);
+  log_->progress(fmt::format("{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s {:.1f} ms/step ETA {}", where,
+                             l, a, lr, format_scale(scaler.scale()),
                              epoch_seconds > 0 ? static_cast<double>(epoch_images) / epoch_seconds : 0.0,
-                             format_duration(eta)));
+                             avg_step * 1000.0, format_duration(eta)));
 }
 
 bool TrainRun::run_steps(int64_t& epoch_images, double& epoch_seconds) {
@@ -130,6 +138,7 @@ void TrainRun::run_epochs() {
     }
     st_.final_train_loss = result_.final_train_loss = st_.sums.loss();
     st_.final_train_accuracy = result_.final_train_accuracy = st_.sums.accuracy();
+    train_measured_ = train_measured_ || st_.sums.count > 0;
     if (!epoch_done) return;  // max_steps inside the epoch
     // A complete epoch, also when a stop arrived after its last step: its evaluation, metrics
     // record, best checkpoint and plateau step happen before stopping, so that the resumed run
@@ -171,6 +180,9 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
     st_.best_test_accuracy = result_.best_test_accuracy = std::max(best, ev.accuracy);
     rec["test_loss"] = json_number(ev.loss);
     rec["test_accuracy"] = ev.accuracy;
+    test_measured_ = true;
+    result_.num_classes = ev.num_classes;
+    result_.confusion = ev.confusion;
     if (sched_->on_eval(ev.loss))
       spdlog::info("reduce_on_plateau: test loss has not improved for {} evaluations; learning rate -> {:g}",
                    c.schedule.patience, sched_->state().plateau_lr);
@@ -212,6 +224,9 @@ void TrainRun::finish() {
     st_.last_test_loss = result_.final_test_loss = ev.loss;
     st_.best_test_accuracy = result_.best_test_accuracy = std::max(st_.best_test_accuracy, ev.accuracy);
     spdlog::info("final evaluation: test loss {:.4f} acc {:.4f}", ev.loss, ev.accuracy);
+    test_measured_ = true;
+    result_.num_classes = ev.num_classes;
+    result_.confusion = ev.confusion;
     if (stop_kind_ == "max_steps") {
       const LossScaler& scaler = engine_->scaler();
       log_->record({{"kind", "epoch"},
@@ -283,8 +298,16 @@ void TrainRun::finalize() {
     spdlog::error("{}", e.what());
   }
   if (rank0_) {
+    TrainResult written = result_;  // what was never measured is null (sanitize), not 0
+    const double unknown = std::nan("");
+    if (!test_measured_) {
+      written.final_test_accuracy = written.best_test_accuracy = written.final_test_loss = unknown;
+      written.confusion.clear();
+    }
+    if (!train_measured_) written.final_train_loss = written.final_train_accuracy = unknown;
+    if (run_images_ == 0) written.images_per_sec = unknown;
     try {
-      write_summary((fs::path(run_dir_) / "summary.json").string(), result_);
+      write_summary((fs::path(run_dir_) / "summary.json").string(), written);
     } catch (const std::exception& e) {
       spdlog::error("cannot write summary.json: {}", e.what());
       if (result_.exit_code == kExitOk) {  // the run's record is lost: never report success
@@ -293,10 +316,12 @@ void TrainRun::finalize() {
       }
     }
   }
-  if (result_.status == "completed")
-    spdlog::info("completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
-                 result_.epochs, result_.epochs == 1 ? "" : "s", result_.steps, result_.final_test_accuracy,
-                 result_.best_test_accuracy, result_.images_per_sec, format_duration(result_.wall_seconds));
+  if (result_.status == "completed")  // train.log only: `mpx train` prints its result line on stdout
+    log_->file_only(fmt::format("completed: {} steps ({} full epoch{}), test accuracy {:.4f} (best {:.4f}), "
+                                "{:.0f} img/s, {}",
+                                result_.steps, result_.epochs, result_.epochs == 1 ? "" : "s",
+                                result_.final_test_accuracy, result_.best_test_accuracy, result_.images_per_sec,
+                                format_duration(result_.wall_seconds)));
   try {
     log_->flush();
   } catch (const Error& e) {

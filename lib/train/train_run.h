@@ -70,6 +70,9 @@ class TrainRun {
   void save(const std::string& name, int64_t epoch, int64_t step);
   EvalResult evaluate();
   void absorb(const StepOutcome& o);
+  /// Throws DivergedError when `loss` (a mean train loss just read back) is past
+  /// train.divergence_factor times the run's starting loss.
+  void check_loss_growth(double loss);
   void log_step(double lr, int64_t epoch_images, double epoch_seconds);
 
   TrainOptions opts_;
@@ -101,6 +104,9 @@ class TrainRun {
   int64_t run_images_ = 0;
   std::string stop_kind_;  // "" | "interrupted" | "max_steps"
   bool evaluated_at_end_ = false;
+  // Whether the test figures and the train loss of result_ were measured (else summary.json
+  // has null for them, never a 0 that looks like a result).
+  bool test_measured_ = false, train_measured_ = false;
 };
 
 }  // namespace mpx::train_detail

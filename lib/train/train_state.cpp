@@ -65,6 +65,7 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.best_test_accuracy = st.best_test_accuracy;
   h.last_test_accuracy = st.last_test_accuracy;
   h.last_test_loss = st.last_test_loss;
+  h.start_loss = st.start_loss;
   const bool mid_epoch = step_in_epoch != 0;
   h.epoch_loss_sum = mid_epoch ? st.sums.loss_sum : 0.0;
   h.epoch_correct = mid_epoch ? st.sums.correct : 0;
@@ -121,6 +122,7 @@ TrainState restore_checkpoint(const Checkpoint& file, const std::string& path, c
   st.best_test_accuracy = h.best_test_accuracy;
   st.last_test_accuracy = h.last_test_accuracy;
   st.last_test_loss = h.last_test_loss;
+  st.start_loss = h.start_loss;
   st.sums.loss_sum = h.epoch_loss_sum;
   st.sums.correct = h.epoch_correct;
   st.sums.count = h.epoch_count;

@@ -33,6 +33,9 @@ struct TrainState {
   EpochSums sums;
   double prior_wall_seconds = 0;  // training time of the runs before this one
   double final_train_loss = 0, final_train_accuracy = 0;
+  /// The mean loss of the first steps read back (the first step where the host reads every
+  /// step), the reference of train.divergence_factor; 0 = not taken yet.
+  double start_loss = 0;
 };
 
 /// What is trained: the parts a checkpoint holds beyond TrainState.

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// What a sweep script relies on, through the binary: --resume continues the run
+// as it was configured (its own config.yaml; a different config is refused
+// naming the keys unless --allow-changes), a finite blow-up of the loss ends as
+// diverged (exit 4), and a run directory evaluates from any folder (paths in
+// config.yaml are absolute; relative ones in a config file follow the file);
+// mpx eval --json and summary.json give per-class accuracy and the confusion
+// matrix, checked against one computed from mpx inspect's logits, and the HTML
+// report draws it.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include "config/config.h"
+#include "data/dataset.h"
+#include "support/cli.h"
+#include "support/html_scan.h"
+#include "train/safetensors.h"
+#include "support/skip.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using support::read_file;
+using support::run_mpx;
+using support::TempDir;
+using support::write_file;
+
+namespace {
+
+const char* kYaml =
+    "name: runs\n"
+    "device: cpu\n"
+    "data: {dataset: synthetic, batch_size: 8, synthetic_train: 32, synthetic_test: 16}\n"
+    "model:\n"
+    "  layers:\n"
+    "    - {type: flatten}\n"
+    "    - {type: dense, units: 16, activation: relu}\n"
+    "    - {type: dense, units: 10, activation: softmax}\n"
+    "schedule: {name: cosine}\n"
+    "train: {epochs: 1, log_every: 2}\n";
+
+json summary(const fs::path& run) {
+  INFO("reading " << run / "summary.json");
+  REQUIRE(fs::exists(run / "summary.json"));
+  return json::parse(read_file(run / "summary.json"));
+}
+
+}  // namespace
+
+TEST_CASE("cli runs: --resume uses the run's own config; other values are refused naming the keys",
+          "[cli][resume]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kYaml);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir run", t.path).code == 0);
+
+  // More epochs would change the cosine schedule's curve: refused, the key and both values named.
+  const auto more = run_mpx("train --no-progress --resume run --set train.epochs=3", t.path);
+  CHECK(more.code == 2);
+  CHECK(more.err.find("the config differs from the run's own run/config.yaml in train.epochs (1 in the run, 3 "
+                      "now)") != std::string::npos);
+  CHECK(more.err.find("--allow-changes train.epochs") != std::string::npos);
+
+  // --config beside --resume: a result-neutral change (log cadence) passes, others are listed.
+  write_file(t.path / "other.yaml", std::string(kYaml) + "optimizer: {learning_rate: 0.01}\n");
+  const auto other =
+      run_mpx("train --no-progress --resume run --config other.yaml --set train.log_every=1 --set seed=3", t.path);
+  CHECK(other.code == 2);
+  CHECK(other.err.find("in seed (42 in the run, 3 now), optimizer.learning_rate (0.001 in the run, 0.01 now)") !=
+        std::string::npos);
+  CHECK(other.err.find("train.log_every (") == std::string::npos);  // not among the refused keys
+  CHECK(other.err.find("resume: train.log_every changes from 2 to 1") != std::string::npos);
+  CHECK(summary(t.path / "run")["epochs"] == 1);  // nothing was touched
+
+  // Accepted with --allow-changes (a section allows its keys): the run goes on to 3 epochs.
+  const auto allowed = run_mpx("train --no-progress --resume run --set train.epochs=3 --allow-changes train", t.path);
+  CHECK(allowed.code == 0);
+  CHECK(allowed.err.find("resume: train.epochs changes from 1 to 3 (--allow-changes)") != std::string::npos);
+  CHECK(summary(t.path / "run")["epochs"] == 3);
+  CHECK(read_file(t.path / "run" / "config.yaml").find("epochs: 3") != std::string::npos);
+
+  // --config with the run's values but a result-neutral key changed: accepted, and said.
+  std::string three = kYaml;
+  const std::string train_line = "train: {epochs: 1, log_every: 2}";
+  three.replace(three.find(train_line), train_line.size(), "train: {epochs: 3, log_every: 5}");
+  write_file(t.path / "three.yaml", three);
+  const auto neutral = run_mpx("train --no-progress --resume run --config three.yaml", t.path);
+  CHECK(neutral.code == 0);
+  CHECK(neutral.err.find("resume: train.log_every changes from 2 to 5") != std::string::npos);
+
+  // A checkpoint file elsewhere has no run config beside it: --config is required.
+  fs::copy_file(t.path / "run" / "checkpoints" / "last.ckpt", t.path / "loose.ckpt");
+  const auto loose = run_mpx("train --no-progress --resume loose.ckpt --run-dir run2", t.path);
+  CHECK(loose.code == 2);
+  CHECK(loose.err.find("no config.yaml of the run beside it; give the run's config with --config") !=
+        std::string::npos);
+  // --allow-changes without --resume is a usage error.
+  CHECK(run_mpx("train --no-progress --config c.yaml --allow-changes train.epochs --run-dir run3", t.path).code == 2);
+}
+
+TEST_CASE("cli runs: a finite float32 blow-up of the loss is diverged, exit 4, with what to try",
+          "[cli][diverged]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kYaml);
+  const auto r = run_mpx("train --no-progress --config c.yaml --set optimizer.learning_rate=1e4 --run-dir run", t.path);
+  CHECK(r.code == 4);
+  CHECK(r.err.find("training diverged: the train loss reached") != std::string::npos);
+  CHECK(r.err.find("times its starting value") != std::string::npos);
+  CHECK(r.err.find("try a lower optimizer.learning_rate (a tenth of 10000)") != std::string::npos);
+  const json s = summary(t.path / "run");
+  CHECK(s["status"] == "diverged");
+  CHECK(s["exit_code"] == 4);
+  CHECK(s["policy"] == "float32");
+  // Never evaluated: no test figures, null rather than a 0 that reads as a result.
+  CHECK(s["final_test_accuracy"].is_null());
+  CHECK(s["best_test_accuracy"].is_null());
+
+  // The same run with the check off completes (so the check, not a non-finite loss, stopped it) ...
+  const auto off = run_mpx("train --no-progress --config c.yaml --set optimizer.learning_rate=1e4 "
+                           "--set train.divergence_factor=0 --run-dir off",
+                           t.path);
+  CHECK(off.code == 0);
+  const json o = summary(t.path / "off");
+  CHECK(o["status"] == "completed");
+  CHECK(o["final_train_loss"].get<double>() > 100 * 2.3);  // finite, and far past any start
+}
+
+TEST_CASE("cli runs: relative paths follow the config file; a run directory evaluates from anywhere",
+          "[cli][paths]") {
+  const fs::path mnist = fs::path(MPX_SHARED_DATA) / "mnist";
+  if (!fs::exists(mnist / "t10k-images-idx3-ubyte.gz") && !fs::exists(mnist / "t10k-images-idx3-ubyte"))
+    MPX_SKIP("no MNIST under " + mnist.string());
+  TempDir t;
+  fs::create_directories(t.path / "project" / "configs");
+  fs::create_directories(t.path / "elsewhere");
+  fs::create_directory_symlink(mnist, t.path / "project" / "mnist");
+  write_file(t.path / "project" / "configs" / "m.yaml",
+             "name: paths\n"
+             "device: cpu\n"
+             "data: {dataset: mnist, path: ../mnist, batch_size: 16, train_limit: 64, test_limit: 32}\n"
+             "model:\n"
+             "  layers:\n"
+             "    - {type: flatten}\n"
+             "    - {type: dense, units: 10, activation: softmax}\n"
+             "train: {epochs: 1}\n");
+  // Trained from another folder: ../mnist is next to configs/, not next to the current folder.
+  const auto r = run_mpx("train --no-progress --config ../project/configs/m.yaml --run-dir run", t.path / "elsewhere");
+  REQUIRE(r.code == 0);
+  const std::string saved = read_file(t.path / "elsewhere" / "run" / "config.yaml");
+  const std::string want = "path: " + (t.path / "project" / "mnist").lexically_normal().string() + "\n";
+  CHECK(saved.find(want) != std::string::npos);
+
+  // The run directory evaluates from any folder (its config.yaml holds absolute paths).
+  const auto e = run_mpx("eval --json --checkpoint " + (t.path / "elsewhere" / "run").string(), t.path);
+  REQUIRE(e.code == 0);
+  const json j = json::parse(e.out);
+  CHECK(j["count"] == 32);
+  CHECK(j["accuracy"].get<double>() == Approx(summary(t.path / "elsewhere" / "run")["final_test_accuracy"].get<double>()));
+
+  // --set paths are relative to the current folder: from t.path, ../mnist is not there (exit 3).
+  const auto missing =
+      run_mpx("train --no-progress --config project/configs/m.yaml --set data.path=../mnist --run-dir r2", t.path);
+  CHECK(missing.code == 3);
+  CHECK(missing.err.find((t.path.parent_path() / "mnist").lexically_normal().string()) != std::string::npos);
+}
+
+TEST_CASE("cli runs: per-class accuracy and the confusion matrix, against one from mpx inspect's logits",
+          "[cli][classes]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kYaml);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir run", t.path).code == 0);
+  const auto e = run_mpx("eval --json --checkpoint run", t.path);
+  REQUIRE(e.code == 0);
+  const json j = json::parse(e.out);
+  REQUIRE(j["confusion_matrix"].is_array());
+  REQUIRE(j["confusion_matrix"].size() == 10);
+
+  // A second implementation: the argmax of the inference-mode logits mpx inspect dumps for the
+  // whole test split (16 records), against the labels the data set reader gives.
+  REQUIRE(run_mpx("inspect --config run/config.yaml --checkpoint run --batch 16 --out d.safetensors", t.path).code ==
+          0);
+  const mpx::StFile dump = mpx::read_safetensors((t.path / "d.safetensors").string());
+  const mpx::StTensor* logits = dump.find("eval/logits");
+  REQUIRE(logits != nullptr);
+  const std::vector<float> v = mpx::st_to_float32(*logits, "d.safetensors");
+  REQUIRE(v.size() == 160);
+  const mpx::Config cfg = mpx::load_config((t.path / "run" / "config.yaml").string());
+  const mpx::Dataset test = mpx::load_dataset(cfg.data, mpx::Split::Test, cfg.seed);
+  REQUIRE(test.size() == 16);
+  std::vector<std::vector<int64_t>> want(10, std::vector<int64_t>(10, 0));
+  for (size_t r = 0; r < 16; ++r) {
+    size_t best = 0;
+    for (size_t k = 1; k < 10; ++k)
+      if (v[r * 10 + k] > v[r * 10 + best]) best = k;
+    ++want[static_cast<size_t>(test.labels[r])][best];
+  }
+  int64_t diagonal = 0;
+  for (size_t k = 0; k < 10; ++k) {
+    INFO("class " << k);
+    CHECK(j["confusion_matrix"][k].get<std::vector<int64_t>>() == want[k]);
+    diagonal += want[k][k];
+    int64_t row = 0;
+    for (int64_t x : want[k]) row += x;
+    if (row == 0) CHECK(j["per_class_accuracy"][k].is_null());
+    else CHECK(j["per_class_accuracy"][k].get<double>() == Approx(static_cast<double>(want[k][k]) / row));
+  }
+  CHECK(j["accuracy"].get<double>() == Approx(static_cast<double>(diagonal) / 16));
+  // summary.json holds the last evaluation's (the same weights), and the report draws it.
+  const json s = summary(t.path / "run");
+  CHECK(s["confusion_matrix"] == j["confusion_matrix"]);
+  CHECK(s["per_class_accuracy"] == j["per_class_accuracy"]);
+  REQUIRE(run_mpx("report run --out r.html", t.path).code == 0);
+  const auto doc = support::parse_html(read_file(t.path / "r.html"));
+  const auto tables =
+      doc.find(0, [](const support::HtmlElement& el) { return el.name == "table" && el.has_class("confusion"); });
+  REQUIRE(tables.size() == 1);
+  const auto cells = doc.find(tables[0], [](const support::HtmlElement& el) { return el.name == "td" && !el.has_class("acc"); });
+  REQUIRE(cells.size() == 100);
+  for (size_t i = 0; i < 100; ++i) CHECK(doc.at(cells[i]).attr("data-v") == std::to_string(want[i / 10][i % 10]));
+}
