@@ -134,7 +134,7 @@ TEST_CASE("report: the table's cells are the summaries' values; differing config
                           "peak_memory_bytes", "final_loss_scale"})
       CHECK(row[k] == (s.contains(k) ? s[k] : json(nullptr)));
   }
-  CHECK(arr[1]["optimizer.learning_rate"] == "3.0e-3");
+  CHECK(arr[1]["optimizer.learning_rate"] == 3.0e-3);  // the YAML number as a JSON number
   CHECK(arr[2]["policy"] == "mixed_float16");  // from summary.json
   CHECK(arr[2]["message"] == "training diverged: non-finite loss at step 3");
 
