@@ -219,3 +219,25 @@ TEST_CASE("cli runs: per-class accuracy and the confusion matrix, against one fr
   REQUIRE(cells.size() == 100);
   for (size_t i = 0; i < 100; ++i) CHECK(doc.at(cells[i]).attr("data-v") == std::to_string(want[i / 10][i % 10]));
 }
+
+TEST_CASE("cli runs: the log says where train.max_steps stops; the result line once; epochs counted alike",
+          "[cli][wording]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kYaml);
+  const auto r = run_mpx("train --no-progress --config c.yaml --set train.max_steps=3 --run-dir run", t.path);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("4 steps/epoch, 1 epoch; stopping after 3 steps (train.max_steps)") != std::string::npos);
+  CHECK(r.out.find("completed: 3 steps (0 full epochs), test accuracy") != std::string::npos);
+  const std::string both = r.out + r.err;
+  size_t n = 0;
+  for (size_t at = both.find("completed: "); at != std::string::npos; at = both.find("completed: ", at + 1)) ++n;
+  CHECK(n == 1);  // train.log has its own copy
+  CHECK(read_file(t.path / "run" / "train.log").find("completed: 3 steps (0 full epochs)") != std::string::npos);
+  CHECK(r.err.find("saved run/checkpoints/last.ckpt (in epoch 1 after its step 3, global step 3)") !=
+        std::string::npos);
+  const auto whole = run_mpx("train --no-progress --config c.yaml --run-dir whole", t.path);
+  REQUIRE(whole.code == 0);
+  CHECK(whole.err.find("epoch 1/1 done") != std::string::npos);
+  CHECK(whole.err.find("saved whole/checkpoints/last.ckpt (after epoch 1, global step 4)") != std::string::npos);
+  CHECK(whole.err.find("policy float32 (from the config or --set)") != std::string::npos);
+}
