@@ -321,8 +321,9 @@ TEST_CASE("eval --json is reproducible and matches the run's final accuracy", "[
   CHECK(a.out == b.out);
   json j;
   REQUIRE_NOTHROW(j = json::parse(a.out));
-  CHECK(j.size() == 4);
+  CHECK(j.size() == 6);  // loss, accuracy, count, policy, per_class_accuracy, confusion_matrix
   CHECK(j.at("count") == 500);
+  CHECK(j.at("confusion_matrix").size() == 10);
   CHECK(j.at("policy") == "float32");
   CHECK(j.at("loss").is_number());
   const json s = read_json(m.run_dir / "summary.json");
