@@ -82,9 +82,12 @@ void run_train(const TrainArgs& a) {
     std::cout << "run directory: " << r.run_dir << '\n';
     if (r.status == "completed") {
       std::cout << fmt::format(
-          "completed: {} steps ({} full epoch{}), test accuracy {:.4f} (best {:.4f}), train loss {:.4f}, "
+          "completed: {} steps ({} full epoch{}{}), test accuracy {:.4f} ({}), train loss {:.4f}, "
           "{:.0f} images/s, {:.1f} s, {} on {}",
-          r.steps, r.epochs, r.epochs == 1 ? "" : "s", r.final_test_accuracy, r.best_test_accuracy,
+          r.steps, r.epochs, r.epochs == 1 ? "" : "s",
+          r.stopped_early_epoch > 0 ? ", stopped early" : "", r.final_test_accuracy,
+          r.validation_records > 0 ? fmt::format("best validation {:.4f}", r.best_validation_accuracy)
+                                   : fmt::format("best {:.4f}", r.best_test_accuracy),
           r.final_train_loss, r.images_per_sec, r.wall_seconds, r.policy, r.device);
       if (r.skipped_steps > 0) std::cout << fmt::format(", {} skipped steps", r.skipped_steps);
       std::cout << '\n';

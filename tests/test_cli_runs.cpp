@@ -10,13 +10,16 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 #include <string>
 
 #include "config/config.h"
 #include "data/dataset.h"
 #include "support/cli.h"
 #include "support/html_scan.h"
+#include "train/checkpoint.h"
 #include "train/safetensors.h"
 #include "support/skip.h"
 
@@ -240,4 +243,104 @@ TEST_CASE("cli runs: the log says where train.max_steps stops; the result line o
   CHECK(whole.err.find("epoch 1/1 done") != std::string::npos);
   CHECK(whole.err.find("saved whole/checkpoints/last.ckpt (after epoch 1, global step 4)") != std::string::npos);
   CHECK(whole.err.find("policy float32 (from the config or --set)") != std::string::npos);
+}
+
+TEST_CASE("cli runs: a validation split chooses the best checkpoint, cuts the learning rate and stops early; the "
+          "test split is read at the end only",
+          "[cli][validation]") {
+  const fs::path mnist = fs::path(MPX_SHARED_DATA) / "mnist";
+  if (!fs::exists(mnist / "train-images-idx3-ubyte.gz") && !fs::exists(mnist / "train-images-idx3-ubyte"))
+    MPX_SKIP("no MNIST under " + mnist.string());
+  TempDir t;
+  const std::string base =
+      "name: val\n"
+      "device: cpu\n"
+      "seed: 5\n"
+      "data: {dataset: mnist, path: " + mnist.string() + ", batch_size: 32, train_limit: 512, test_limit: 256}\n"
+      "model:\n"
+      "  layers:\n"
+      "    - {type: flatten}\n"
+      "    - {type: dense, units: 64, activation: relu}\n"
+      "    - {type: dense, units: 10, activation: softmax}\n"
+      "optimizer: {learning_rate: 0.003}\n"
+      "schedule: {name: reduce_on_plateau, patience: 1, factor: 0.5}\n";
+  write_file(t.path / "v.yaml",
+             base + "train: {epochs: 10, log_every: 100, early_stopping: {monitor: val_loss, patience: 2, "
+                    "restore_best: true}}\n");
+  const auto r = run_mpx("train --no-progress --config v.yaml --set data.validation_split=0.25 --run-dir run", t.path);
+  REQUIRE(r.code == 0);
+  const json s = summary(t.path / "run");
+  CHECK(s["validation_records"] == 128);
+  CHECK(s["best_test_accuracy"].is_null());  // no test figure during training to take a best of
+
+  std::vector<json> epochs;
+  for (const std::string& line : {read_file(t.path / "run" / "metrics.jsonl")}) {
+    size_t at = 0;
+    for (size_t nl; (nl = line.find('\n', at)) != std::string::npos; at = nl + 1) {
+      const json rec = json::parse(line.substr(at, nl - at));
+      if (rec["kind"] == "epoch") epochs.push_back(rec);
+    }
+  }
+  REQUIRE(epochs.size() >= 2);
+  // Keras' ReduceLROnPlateau (min_delta 1e-4) and EarlyStopping (min_delta 0, patience 2) on the
+  // validation loss, replayed from the records: the learning rates and the stop must follow.
+  double plateau_best = 1e300, es_best = 1e300, lr = 0.003;
+  int64_t plateau_wait = 0, es_wait = 0, es_best_epoch = 0, stopped = 0, best_acc_epoch = 0;
+  for (const json& e : epochs) {
+    INFO("epoch " << e["epoch"]);
+    CHECK(e["test_accuracy"].is_null());  // the test split is not read while training
+    CHECK(e["test_loss"].is_null());
+    REQUIRE(e["validation_loss"].is_number());
+    CHECK(e["learning_rate"].get<double>() == Approx(lr));
+    const double loss = e["validation_loss"].get<double>();
+    const int64_t epoch = e["epoch"].get<int64_t>();
+    if (loss < plateau_best - 1e-4) {
+      plateau_best = loss, plateau_wait = 0;
+    } else if (++plateau_wait >= 1) {
+      lr *= 0.5, plateau_wait = 0;
+    }
+    ++es_wait;
+    if (loss < es_best) {
+      es_best = loss, es_wait = 0, es_best_epoch = epoch;
+    } else if (es_wait >= 2 && stopped == 0) {
+      stopped = epoch;
+    }
+    if (best_acc_epoch == 0 || e["validation_accuracy"] > epochs[static_cast<size_t>(best_acc_epoch - 1)]["validation_accuracy"])
+      best_acc_epoch = epoch;
+  }
+  REQUIRE(stopped > 0);  // the run overfits its 384 records: the validation loss turns
+  CHECK(static_cast<int64_t>(epochs.size()) == stopped);
+  CHECK(s["stopped_early_epoch"] == stopped);
+  CHECK(s["epochs"] == stopped);
+  // best.ckpt holds the monitored figure's best epoch, and the final test figures are its weights'.
+  const mpx::Checkpoint best = mpx::load_checkpoint((t.path / "run" / "checkpoints" / "best.ckpt").string());
+  CHECK(best.header.epoch == es_best_epoch);
+  const auto e = run_mpx("eval --json --checkpoint run/checkpoints/best.ckpt", t.path);
+  REQUIRE(e.code == 0);
+  CHECK(json::parse(e.out)["accuracy"].get<double>() == Approx(s["final_test_accuracy"].get<double>()));
+
+  // Without early stopping best.ckpt is the best validation accuracy's epoch (the first of equals).
+  write_file(t.path / "p.yaml", base + "train: {epochs: 4, log_every: 100}\n");
+  REQUIRE(run_mpx("train --no-progress --config p.yaml --set data.validation_split=128 --run-dir plain", t.path).code ==
+          0);
+  std::vector<double> acc;
+  const std::string text = read_file(t.path / "plain" / "metrics.jsonl");
+  size_t at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const json rec = json::parse(text.substr(at, nl - at));
+    if (rec["kind"] == "epoch") acc.push_back(rec["validation_accuracy"].get<double>());
+  }
+  REQUIRE(acc.size() == 4);
+  const int64_t want = std::max_element(acc.begin(), acc.end()) - acc.begin() + 1;
+  CHECK(mpx::load_checkpoint((t.path / "plain" / "checkpoints" / "best.ckpt").string()).header.epoch == want);
+  CHECK(summary(t.path / "plain")["validation_records"] == 128);
+
+  // Early stopping without a validation split, and splits that leave nothing: exit 2.
+  const auto none = run_mpx("train --no-progress --config v.yaml --run-dir r1", t.path);
+  CHECK(none.code == 2);
+  CHECK(none.err.find("train.early_stopping watches the validation split, never the test set") != std::string::npos);
+  CHECK(run_mpx("train --no-progress --config p.yaml --set data.validation_split=1.5 --run-dir r2", t.path).code == 2);
+  const auto all = run_mpx("train --no-progress --config p.yaml --set data.validation_split=512 --run-dir r3", t.path);
+  CHECK(all.code == 2);
+  CHECK(all.err.find("holds out 512 of the 512 training records") != std::string::npos);
 }

@@ -54,6 +54,9 @@ struct DataConfig {
   AugmentConfig augment;
   /// synthetic only: records per split and classes.
   int64_t synthetic_train = 1024, synthetic_test = 256;
+  /// Training records held out for validation: a fraction in (0, 1), or a count >= 1;
+  /// 0 = none. Drawn with the seed (docs/design.md, "Validation split").
+  double validation_split = 0;
 };
 
 /// One layer of `model.layers`. Fields that do not apply to the type keep their defaults.
@@ -114,6 +117,14 @@ struct ScheduleConfig {
   int64_t cooldown = 0;
 };
 
+/// Keras EarlyStopping on the validation split (docs/design.md, "Validation split").
+struct EarlyStoppingConfig {
+  EarlyStopMonitor monitor = EarlyStopMonitor::None;
+  int64_t patience = 0;
+  double min_delta = 0;
+  bool restore_best = false;  // Keras restore_best_weights
+};
+
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 50;
@@ -124,6 +135,7 @@ struct TrainConfig {
   /// A finite train loss past this many times the run's starting loss ends the run as
   /// diverged (exit 4), under every policy; 0 = off (docs/precision.md, "When training stops").
   double divergence_factor = 100.0;
+  EarlyStoppingConfig early_stopping;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step

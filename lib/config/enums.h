@@ -71,6 +71,7 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_OVERLAP_MODES(X) X(Auto, "auto") X(On, "on") X(Off, "off")
 #define MPX_CONV_ALGOS(X) X(Heuristic, "heuristic") X(Search, "search")
 #define MPX_CPU_WINOGRAD(X) X(Auto, "auto") X(Off, "off") X(On, "on") X(F2, "f2")
+#define MPX_EARLY_STOP_MONITORS(X) X(None, "none") X(ValLoss, "val_loss") X(ValAccuracy, "val_accuracy")
 // clang-format on
 
 MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
@@ -88,6 +89,7 @@ MPX_DEFINE_ENUM(EvalPolicy, MPX_EVAL_POLICIES)
 MPX_DEFINE_ENUM(OverlapMode, MPX_OVERLAP_MODES)
 MPX_DEFINE_ENUM(ConvAlgo, MPX_CONV_ALGOS)
 MPX_DEFINE_ENUM(CpuWinograd, MPX_CPU_WINOGRAD)
+MPX_DEFINE_ENUM(EarlyStopMonitor, MPX_EARLY_STOP_MONITORS)
 
 /// The config spelling of `e` ("conv2d", "mixed_float16", ...).
 template <class E>

@@ -124,6 +124,13 @@ json to_json(const TrainResult& r) {
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["run_dir"] = r.run_dir;
   add_class_results(j, r.num_classes, r.confusion);
+  if (r.validation_records > 0) {
+    j["validation_records"] = r.validation_records;
+    j["final_validation_loss"] = json_number(r.final_validation_loss);
+    j["final_validation_accuracy"] = json_number(r.final_validation_accuracy);
+    j["best_validation_accuracy"] = json_number(r.best_validation_accuracy);
+    j["stopped_early_epoch"] = r.stopped_early_epoch > 0 ? json(r.stopped_early_epoch) : json(nullptr);
+  }
   return j;
 }
 

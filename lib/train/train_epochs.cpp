@@ -170,8 +170,32 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
               {"last_skip_reason", skip_reason_name(scaler.state().last_skip_reason)},
               {"images_per_sec", epoch_seconds > 0 ? static_cast<double>(epoch_images) / epoch_seconds : 0.0},
               {"wall_seconds", st_.prior_wall_seconds + seconds_since(t_start_)}};
-  bool improved = false;
-  if (do_eval) {
+  bool improved = false, stop_early = false;
+  std::string eval_text;
+  const bool val = session_->has_validation();
+  if (do_eval && val) {
+    // The validation split chooses the best checkpoint, drives reduce_on_plateau and early
+    // stopping; the test split is evaluated once, at the end (finish()).
+    const EvalResult ev = evaluate(true);
+    const double best = st_.best_val_accuracy;
+    // best.ckpt: the best validation accuracy, or, with early stopping, the best of its monitored
+    // figure (the weights restore_best goes back to, as Keras' restore_best_weights).
+    bool monitor_improved = false;
+    stop_early = early_stop_after(ev, epoch, monitor_improved);
+    improved = c.train.early_stopping.monitor != EarlyStopMonitor::None
+                   ? monitor_improved
+                   : ev.accuracy > best || (best == 0 && !fs::exists(ckpt_dir_ + "/best.ckpt"));
+    st_.last_val_accuracy = result_.final_validation_accuracy = ev.accuracy;
+    st_.last_val_loss = result_.final_validation_loss = ev.loss;
+    st_.best_val_accuracy = result_.best_validation_accuracy = std::max(best, ev.accuracy);
+    rec["validation_loss"] = json_number(ev.loss);
+    rec["validation_accuracy"] = ev.accuracy;
+    if (sched_->on_eval(ev.loss))
+      spdlog::info("reduce_on_plateau: validation loss has not improved for {} evaluations; learning rate -> {:g}",
+                   c.schedule.patience, sched_->state().plateau_lr);
+    eval_text = fmt::format(", validation loss {:.4f} acc {:.4f} (best {:.4f}{})", ev.loss, ev.accuracy,
+                            st_.best_val_accuracy, c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "");
+  } else if (do_eval) {
     const EvalResult ev = evaluate();
     const double best = st_.best_test_accuracy;
     improved = ev.accuracy > best || (best == 0 && !fs::exists(ckpt_dir_ + "/best.ckpt"));
@@ -187,15 +211,13 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
       spdlog::info("reduce_on_plateau: test loss has not improved for {} evaluations; learning rate -> {:g}",
                    c.schedule.patience, sched_->state().plateau_lr);
     evaluated_at_end_ = last_epoch;
+    eval_text = fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss, st_.last_test_accuracy,
+                            st_.best_test_accuracy, c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "");
   }
   const int64_t skipped = st_.sums.skipped;
   spdlog::info("epoch {}/{} done in {}: train loss {:.4f} acc {:.4f}{}; {:.0f} img/s, loss scale {}, {} skipped "
                "steps this epoch{}",
-               epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc,
-               do_eval ? fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss,
-                                     st_.last_test_accuracy, st_.best_test_accuracy,
-                                     c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "")
-                       : std::string(),
+               epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc, eval_text,
                rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), skipped,
                skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)
                        : std::string());
@@ -203,10 +225,38 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
   st_.sums = EpochSums{};
   st_.step_in_epoch = 0;
   if (improved) save("best.ckpt", epoch, 0);
-  const bool save_last = last_epoch || (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
+  if (stop_early) stop_kind_ = "early_stopped";
+  const bool save_last = last_epoch || stop_early ||
+                         (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
   if (save_last) save("last.ckpt", epoch, 0);
   log_->flush();
   return save_last;
+}
+
+bool TrainRun::early_stop_after(const EvalResult& val, int64_t epoch, bool& improved) {
+  // Keras EarlyStopping (2.x): every evaluation counts one more wait; an improvement by more
+  // than min_delta resets it; a wait of `patience` (at least one) on a non-improvement stops.
+  const EarlyStoppingConfig& es = cfg().train.early_stopping;
+  if (es.monitor == EarlyStopMonitor::None) return false;
+  const bool loss = es.monitor == EarlyStopMonitor::ValLoss;
+  const double current = loss ? val.loss : val.accuracy;
+  ++st_.es_wait;
+  const bool better = !st_.es_has_best || (loss ? current < st_.es_best - es.min_delta
+                                                 : current > st_.es_best + es.min_delta);
+  improved = better;
+  if (better) {
+    st_.es_best = current;
+    st_.es_has_best = true;
+    st_.es_wait = 0;
+    return false;
+  }
+  if (st_.es_wait < es.patience) return false;
+  st_.early_stopped = true;
+  st_.stopped_early_epoch = result_.stopped_early_epoch = epoch;
+  spdlog::info("early stopping: {} has not improved by more than {:g} for {} evaluation{} (best {:.4f}); stopping "
+               "after epoch {}",
+               enum_name(es.monitor), es.min_delta, st_.es_wait, st_.es_wait == 1 ? "" : "s", st_.es_best, epoch);
+  return true;
 }
 
 void TrainRun::finish() {
@@ -217,6 +267,16 @@ void TrainRun::finish() {
                                   st_.global_step, run_dir_);
     spdlog::info("{}", result_.message);
     return;
+  }
+  if (stop_kind_ == "early_stopped" && cfg().train.early_stopping.restore_best) {
+    const std::string best = ckpt_dir_ + "/best.ckpt";
+    all_ranks("restoring the best weights", [&] {
+      if (!fs::exists(best)) return;  // never improved on the first evaluation: nothing better to go back to
+      const Checkpoint ck = load_checkpoint(best);
+      restore_model(be(), engine_->model(), ck, best, cfg());
+      spdlog::info("early stopping: restored the weights of {} (epoch {}, the best validation evaluation)", best,
+                   ck.header.epoch);
+    });
   }
   if (!evaluated_at_end_) {
     const EvalResult ev = evaluate();
@@ -306,6 +366,7 @@ void TrainRun::finalize() {
     }
     if (!train_measured_) written.final_train_loss = written.final_train_accuracy = unknown;
     if (run_images_ == 0) written.images_per_sec = unknown;
+    if (session_->has_validation()) written.best_test_accuracy = unknown;  // the test split is read once, at the end
     try {
       write_summary((fs::path(run_dir_) / "summary.json").string(), written);
     } catch (const std::exception& e) {

@@ -34,6 +34,9 @@ class TrainRun {
                                     "ranks; use a multiple of {}",
                                     cfg.data.batch_size, world_, world_));
     local_batch_ = cfg.data.batch_size / world_;
+    if (cfg.train.early_stopping.monitor != EarlyStopMonitor::None && cfg.data.validation_split <= 0)
+      throw ConfigError("train.early_stopping watches the validation split, never the test set: set "
+                        "data.validation_split (e.g. 0.1), or train.early_stopping.monitor: none");
     session_ = std::make_unique<Session>(cfg);
   }
 
@@ -68,7 +71,11 @@ class TrainRun {
   Backend& be() const { return session_->backend(); }
   TrainedParts parts() { return {be(), engine_->model(), engine_->optimizer(), engine_->scaler(), *sched_}; }
   void save(const std::string& name, int64_t epoch, int64_t step);
-  EvalResult evaluate();
+  /// The test split, or with `validation` the held-out validation split.
+  EvalResult evaluate(bool validation = false);
+  /// train.early_stopping after a validation evaluation: true when it ends the run.
+  /// `improved`: the monitored figure improved (best.ckpt follows it).
+  bool early_stop_after(const EvalResult& val, int64_t epoch, bool& improved);
   void absorb(const StepOutcome& o);
   /// Throws DivergedError when `loss` (a mean train loss just read back) is past
   /// train.divergence_factor times the run's starting loss.

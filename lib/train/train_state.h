@@ -36,6 +36,13 @@ struct TrainState {
   /// The mean loss of the first steps read back (the first step where the host reads every
   /// step), the reference of train.divergence_factor; 0 = not taken yet.
   double start_loss = 0;
+  /// With data.validation_split: the validation figures, and train.early_stopping's best
+  /// monitored value, evaluations without improvement and whether it stopped the run.
+  double best_val_accuracy = 0, last_val_accuracy = 0, last_val_loss = 0;
+  double es_best = 0;
+  int64_t es_wait = 0;
+  bool es_has_best = false, early_stopped = false;
+  int64_t stopped_early_epoch = 0;
 };
 
 /// What is trained: the parts a checkpoint holds beyond TrainState.

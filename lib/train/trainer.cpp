@@ -213,6 +213,11 @@ void TrainRun::restore_or_broadcast() {
     // loss is > 0) its test figures.
     train_measured_ = st_.global_step > 0;
     test_measured_ = st_.last_test_loss > 0;
+    result_.best_validation_accuracy = st_.best_val_accuracy;
+    result_.final_validation_accuracy = st_.last_val_accuracy;
+    result_.final_validation_loss = st_.last_val_loss;
+    result_.stopped_early_epoch = st_.stopped_early_epoch;
+    if (st_.early_stopped) stop_kind_ = "early_stopped";  // it ended there: only the final evaluation is left
     if (resume_->header.policy != policy_name(cfg().policy))
       spdlog::info("the checkpoint was written under policy {}, training continues under {}", resume_->header.policy,
                    policy_name(cfg().policy));
@@ -247,8 +252,14 @@ void TrainRun::log_plan() {
   result_.optimizer_state_bytes = engine_->optimizer().state_bytes();
   spdlog::info("model:\n{}", model.summary_table());
   const bool stops_early = c.train.max_steps > 0 && c.train.max_steps < c.train.epochs * steps_per_epoch_;
-  spdlog::info("data: {} train {} records, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}{}",
-               c.data.dataset, train.size(), session_->test_data().size(), train.H, train.W, train.C,
+  result_.validation_records = session_->validation_data().size();
+  spdlog::info("data: {} train {} records{}, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}{}",
+               c.data.dataset, train.size(),
+               session_->has_validation()
+                   ? fmt::format(" (validation: {} more held out, seed {}; the test split is read at the end only)",
+                                 session_->validation_data().size(), c.seed)
+                   : std::string(),
+               session_->test_data().size(), train.H, train.W, train.C,
                c.data.batch_size, steps_per_epoch_, c.train.epochs, c.train.epochs == 1 ? "" : "s",
                stops_early ? fmt::format("; stopping after {} steps (train.max_steps)", c.train.max_steps)
                            : std::string());
@@ -282,7 +293,7 @@ void TrainRun::save(const std::string& name, int64_t epoch, int64_t step) {
     spdlog::info("saved {} (in epoch {} after its step {}, global step {})", path, epoch + 1, step, st_.global_step);
 }
 
-EvalResult TrainRun::evaluate() {
+EvalResult TrainRun::evaluate(bool validation) {
   Model& model = engine_->model();
   Model* m = &model;
   if (eval_model_) {
@@ -291,7 +302,8 @@ EvalResult TrainRun::evaluate() {
     eval_model_->refresh_compute_copy();
     m = eval_model_.get();
   }
-  return evaluate_model(be(), *m, engine_->buffers(), session_->test_data(), &comm_);
+  return evaluate_model(be(), *m, engine_->buffers(), validation ? session_->validation_data() : session_->test_data(),
+                        &comm_);
 }
 
 void TrainRun::absorb(const StepOutcome& o) {

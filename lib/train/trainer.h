@@ -54,6 +54,11 @@ struct TrainResult {
   /// The last test evaluation's confusion matrix (EvalResult); empty when none ran.
   int num_classes = 0;
   std::vector<int64_t> confusion;
+  /// data.validation_split: the records held out (0 = none) and the validation figures;
+  /// train.early_stopping: the epoch it stopped the run after (0 = it did not).
+  int64_t validation_records = 0;
+  double final_validation_loss = 0, final_validation_accuracy = 0, best_validation_accuracy = 0;
+  int64_t stopped_early_epoch = 0;
 };
 
 /**
