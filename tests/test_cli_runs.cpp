@@ -319,21 +319,38 @@ TEST_CASE("cli runs: a validation split chooses the best checkpoint, cuts the le
   REQUIRE(e.code == 0);
   CHECK(json::parse(e.out)["accuracy"].get<double>() == Approx(s["final_test_accuracy"].get<double>()));
 
-  // Without early stopping best.ckpt is the best validation accuracy's epoch (the first of equals).
+  // Without early stopping best.ckpt is the best validation accuracy's epoch, also where the test
+  // split would have chosen another: the same training one epoch at a time (each --resume
+  // continues bit for bit) gives the test accuracy after every epoch. Seed 10 is one where the
+  // two choices differ (validation: epoch 4, test: epoch 3).
   write_file(t.path / "p.yaml", base + "train: {epochs: 4, log_every: 100}\n");
-  REQUIRE(run_mpx("train --no-progress --config p.yaml --set data.validation_split=128 --run-dir plain", t.path).code ==
-          0);
-  std::vector<double> acc;
+  const std::string split = " --set seed=10 --set data.validation_split=128";
+  REQUIRE(run_mpx("train --no-progress --config p.yaml" + split + " --run-dir plain", t.path).code == 0);
+  std::vector<double> val_acc;
   const std::string text = read_file(t.path / "plain" / "metrics.jsonl");
   size_t at = 0;
   for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
     const json rec = json::parse(text.substr(at, nl - at));
-    if (rec["kind"] == "epoch") acc.push_back(rec["validation_accuracy"].get<double>());
+    if (rec["kind"] == "epoch") val_acc.push_back(rec["validation_accuracy"].get<double>());
   }
-  REQUIRE(acc.size() == 4);
-  const int64_t want = std::max_element(acc.begin(), acc.end()) - acc.begin() + 1;
-  CHECK(mpx::load_checkpoint((t.path / "plain" / "checkpoints" / "best.ckpt").string()).header.epoch == want);
+  REQUIRE(val_acc.size() == 4);
+  const int64_t val_best = std::max_element(val_acc.begin(), val_acc.end()) - val_acc.begin() + 1;
+  CHECK(mpx::load_checkpoint((t.path / "plain" / "checkpoints" / "best.ckpt").string()).header.epoch == val_best);
   CHECK(summary(t.path / "plain")["validation_records"] == 128);
+  std::vector<double> test_acc;
+  for (int epochs = 1; epochs <= 4; ++epochs) {
+    const std::string step = epochs == 1 ? "train --no-progress --config p.yaml" + split + " --set train.epochs=1 --run-dir chain"
+                                         : "train --no-progress --resume chain --set train.epochs=" +
+                                               std::to_string(epochs) + " --allow-changes train.epochs";
+    REQUIRE(run_mpx(step, t.path).code == 0);
+    const auto ev = run_mpx("eval --json --checkpoint chain/checkpoints/last.ckpt", t.path);
+    REQUIRE(ev.code == 0);
+    test_acc.push_back(json::parse(ev.out)["accuracy"].get<double>());
+  }
+  CHECK(test_acc.back() == summary(t.path / "plain")["final_test_accuracy"].get<double>());  // the same run
+  const int64_t test_best = std::max_element(test_acc.begin(), test_acc.end()) - test_acc.begin() + 1;
+  INFO("validation accuracy by epoch " << json(val_acc) << ", test accuracy " << json(test_acc));
+  CHECK(test_best != val_best);
 
   // Early stopping without a validation split, and splits that leave nothing: exit 2.
   const auto none = run_mpx("train --no-progress --config v.yaml --run-dir r1", t.path);
