@@ -4,6 +4,7 @@
 // file written and parsed, folders that are not runs warned about, and the
 // exit codes of bad input.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -186,4 +187,20 @@ TEST_CASE("cli compare --report: the A/B runs as one HTML report", "[cli][report
   CHECK(doc.at(sections[0]).attr("data-run") == "float32");
   CHECK(doc.at(sections[1]).attr("data-run") == "mixed_bfloat16");
   CHECK(doc.find(0, [](const support::HtmlElement& e) { return e.attr("id") == "overlay"; }).size() == 1);
+  // The figures the command prints, against float32: the same as compare.json's.
+  const auto rows = doc.find(0, [](const support::HtmlElement& e) { return e.name == "tr" && !e.attr("data-policy").empty(); });
+  REQUIRE(rows.size() == 2);
+  const json cmp = read_json(t.path / "cmp" / "compare.json");
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(doc.at(rows[i]).attr("data-policy") == cmp[i]["policy"]);
+    const auto cell = [&](const std::string& key) {
+      const auto c = doc.find(rows[i], [&](const support::HtmlElement& e) { return e.attr("data-key") == key; });
+      REQUIRE(c.size() == 1);
+      return doc.at(c[0]).text;
+    };
+    CHECK(cell("speedup") == fmt::format("{:.2f}x", cmp[i]["speedup"].get<double>()));
+    CHECK(cell("gap") == fmt::format("{:+.2f}", cmp[i]["accuracy_gap_points"].get<double>()));
+    CHECK(cell("saving") == fmt::format("{:.0f}%", cmp[i]["activation_saving_percent"].get<double>()));
+  }
+  CHECK(doc.at(rows[0]).attr("data-policy") == "float32");
 }
