@@ -361,3 +361,41 @@ TEST_CASE("cli runs: a validation split chooses the best checkpoint, cuts the le
   CHECK(all.code == 2);
   CHECK(all.err.find("holds out 512 of the 512 training records") != std::string::npos);
 }
+
+TEST_CASE("cli runs: train.divergence_patience ends a run whose train loss stopped improving as diverged",
+          "[cli][diverged]") {
+  TempDir t;
+  // A learning rate too small to move the weights, and dropout: the epoch train loss only wanders.
+  write_file(t.path / "c.yaml",
+             "name: stuck\n"
+             "device: cpu\n"
+             "data: {dataset: synthetic, batch_size: 8, synthetic_train: 32, synthetic_test: 8}\n"
+             "model:\n"
+             "  layers:\n"
+             "    - {type: flatten}\n"
+             "    - {type: dropout, rate: 0.5}\n"
+             "    - {type: dense, units: 10, activation: softmax}\n"
+             "optimizer: {learning_rate: 1.0e-9}\n"
+             "train: {epochs: 30, log_every: 100, divergence_patience: 2}\n");
+  const auto r = run_mpx("train --no-progress --config c.yaml --run-dir run", t.path);
+  CHECK(r.code == 4);
+  CHECK(r.err.find("the train loss has not improved on its best") != std::string::npos);
+  CHECK(r.err.find("train.divergence_patience: 0 turns this check off") != std::string::npos);
+  CHECK(summary(t.path / "run")["status"] == "diverged");
+  // The rule replayed from the epoch records: the run ends at the first epoch that makes two in a row.
+  const std::string text = read_file(t.path / "run" / "metrics.jsonl");
+  double best = 0;
+  int64_t streak = 0, want = 0, last = 0;
+  size_t at = 0;
+  for (size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const json rec = json::parse(text.substr(at, nl - at));
+    if (rec["kind"] != "epoch") continue;
+    last = rec["epoch"].get<int64_t>();
+    const double loss = rec["train_loss"].get<double>();
+    if (best <= 0 || loss < best) best = loss, streak = 0;
+    else if (++streak >= 2 && want == 0) want = last;
+  }
+  REQUIRE(want > 0);
+  CHECK(last == want);
+  CHECK(summary(t.path / "run")["epochs"] == want);
+}

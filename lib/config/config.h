@@ -135,6 +135,9 @@ struct TrainConfig {
   /// A finite train loss past this many times the run's starting loss ends the run as
   /// diverged (exit 4), under every policy; 0 = off (docs/precision.md, "When training stops").
   double divergence_factor = 100.0;
+  /// Also diverged when the epoch's train loss has not improved on its best for this many
+  /// epochs in a row; 0 = off.
+  int64_t divergence_patience = 0;
   EarlyStoppingConfig early_stopping;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;

@@ -162,6 +162,8 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(train.max_steps, Int(0, kI64Max), "stop after this many steps (0 = no limit)"),
     MPX_KEY(train.divergence_factor, Num(R::ge(0)),
       "stop as diverged (exit code 4) when the train loss exceeds this many times its starting value (0 = off)"),
+    MPX_KEY(train.divergence_patience, Int(0, kI64Max),
+      "also stop as diverged when the epoch's train loss has not improved on its best for this many epochs in a row (0 = off)"),
     MPX_KEY(train.early_stopping.monitor, Enum<EarlyStopMonitor>(),
       "stop when this validation figure stops improving (Keras EarlyStopping; needs data.validation_split)"),
     MPX_KEY(train.early_stopping.patience, Int(0, kI64Max),

@@ -92,6 +92,8 @@ json header_to_json(const CheckpointHeader& h) {
                      {"last_loss", finite_or_null(h.last_val_loss)}, {"es_best", finite_or_null(h.es_best)},
                      {"es_has_best", h.es_has_best},             {"es_wait", h.es_wait},
                      {"early_stopped", h.early_stopped},         {"stopped_early_epoch", h.stopped_early_epoch}};
+  j["plateau_guard"] = {{"best_epoch_train_loss", finite_or_null(h.best_epoch_train_loss)},
+                        {"epochs_without_improvement", h.epochs_without_improvement}};
   j["params"] = h.params;
   return j;
 }
@@ -147,6 +149,12 @@ CheckpointHeader header_from_json(const json& j) {
     h.stopped_early_epoch = static_cast<int64_t>(num("stopped_early_epoch"));
     h.es_has_best = v.value("es_has_best", false);
     h.early_stopped = v.value("early_stopped", false);
+  }
+  if (j.contains("plateau_guard") && j.at("plateau_guard").is_object()) {
+    const json& g = j.at("plateau_guard");
+    if (g.contains("best_epoch_train_loss") && g.at("best_epoch_train_loss").is_number())
+      h.best_epoch_train_loss = g.at("best_epoch_train_loss").get<double>();
+    h.epochs_without_improvement = g.value("epochs_without_improvement", int64_t{0});
   }
   return h;
 }

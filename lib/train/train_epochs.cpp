@@ -230,7 +230,27 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
                          (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
   if (save_last) save("last.ckpt", epoch, 0);
   log_->flush();
+  check_train_loss_plateau(train_loss, epoch);
   return save_last;
+}
+
+void TrainRun::check_train_loss_plateau(double train_loss, int64_t epoch) {
+  // train.divergence_patience (docs/precision.md, "When training stops"): the train loss, never
+  // a held-out split, so the check cannot leak test data into the choice.
+  const int64_t patience = cfg().train.divergence_patience;
+  if (patience <= 0 || !std::isfinite(train_loss)) return;
+  if (st_.best_epoch_train_loss <= 0 || train_loss < st_.best_epoch_train_loss) {
+    st_.best_epoch_train_loss = train_loss;
+    st_.epochs_without_improvement = 0;
+    return;
+  }
+  if (++st_.epochs_without_improvement < patience) return;
+  throw DivergedError(fmt::format(
+      "training diverged: the train loss has not improved on its best {:.4g} for {} epochs in a row (epoch {}: "
+      "{:.4g}; train.divergence_patience {}); try a lower optimizer.learning_rate (a tenth of {:g}) or a "
+      "schedule that lowers it (cosine, reduce_on_plateau); train.divergence_patience: 0 turns this check off",
+      st_.best_epoch_train_loss, st_.epochs_without_improvement, epoch, train_loss, patience,
+      cfg().optimizer.learning_rate));
 }
 
 bool TrainRun::early_stop_after(const EvalResult& val, int64_t epoch, bool& improved) {

@@ -80,6 +80,8 @@ class TrainRun {
   /// Throws DivergedError when `loss` (a mean train loss just read back) is past
   /// train.divergence_factor times the run's starting loss.
   void check_loss_growth(double loss);
+  /// Throws DivergedError when the epoch train loss has not improved for train.divergence_patience epochs.
+  void check_train_loss_plateau(double train_loss, int64_t epoch);
   void log_step(double lr, int64_t epoch_images, double epoch_seconds);
 
   TrainOptions opts_;

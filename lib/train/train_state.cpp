@@ -74,6 +74,8 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.es_has_best = st.es_has_best;
   h.early_stopped = st.early_stopped;
   h.stopped_early_epoch = st.stopped_early_epoch;
+  h.best_epoch_train_loss = st.best_epoch_train_loss;
+  h.epochs_without_improvement = st.epochs_without_improvement;
   const bool mid_epoch = step_in_epoch != 0;
   h.epoch_loss_sum = mid_epoch ? st.sums.loss_sum : 0.0;
   h.epoch_correct = mid_epoch ? st.sums.correct : 0;
@@ -139,6 +141,8 @@ TrainState restore_checkpoint(const Checkpoint& file, const std::string& path, c
   st.es_has_best = h.es_has_best;
   st.early_stopped = h.early_stopped;
   st.stopped_early_epoch = h.stopped_early_epoch;
+  st.best_epoch_train_loss = h.best_epoch_train_loss;
+  st.epochs_without_improvement = h.epochs_without_improvement;
   st.sums.loss_sum = h.epoch_loss_sum;
   st.sums.correct = h.epoch_correct;
   st.sums.count = h.epoch_count;

@@ -43,6 +43,9 @@ struct TrainState {
   int64_t es_wait = 0;
   bool es_has_best = false, early_stopped = false;
   int64_t stopped_early_epoch = 0;
+  /// train.divergence_patience: the best epoch train loss so far and the epochs since.
+  double best_epoch_train_loss = 0;
+  int64_t epochs_without_improvement = 0;
 };
 
 /// What is trained: the parts a checkpoint holds beyond TrainState.
