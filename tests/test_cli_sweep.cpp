@@ -176,3 +176,37 @@ TEST_CASE("cli sweep: a sweep file with seeded random samples", "[cli][sweep]") 
   CHECK(bad.code == 2);
   CHECK(bad.err.find("bad.yaml: unknown key 'randon'") != std::string::npos);
 }
+
+TEST_CASE("cli sweep: SIGINT stops the running training with a checkpoint, exit 130; the rerun resumes it",
+          "[cli][sweep]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", std::string(kYaml) + "");
+  const std::string long_run = " --set train.epochs=200 --set train.checkpoint_every=1";
+  const std::string cmd = "cd " + shell_quote(t.path.string()) + " && (" + shell_quote(MPX_BINARY) +
+                          " sweep --config c.yaml" + long_run +
+                          " --grid optimizer.learning_rate=0.001,0.002 --dir s > s.out 2> s.err & echo $! > pid)";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const long pid = std::stol(read_file(t.path / "pid"));
+  const fs::path ckpt = t.path / "s" / "learning_rate=0.001" / "checkpoints" / "last.ckpt";
+  for (int i = 0; i < 600 && !fs::exists(ckpt); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(fs::exists(ckpt));
+  const std::string stop = "kill -INT " + std::to_string(pid) + "; while kill -0 " + std::to_string(pid) +
+                           " 2>/dev/null; do sleep 0.1; done";
+  (void)std::system(stop.c_str());
+  const std::string err = read_file(t.path / "s.err");
+  INFO(err);
+  CHECK(err.find("sweep: stopping: the running trainings save a checkpoint") != std::string::npos);
+  CHECK(err.find("exit code 130 (the highest of the points)") != std::string::npos);
+  const json first = json::parse(read_file(t.path / "s" / "learning_rate=0.001" / "summary.json"));
+  CHECK(first["status"] == "interrupted");
+  CHECK(!fs::exists(t.path / "s" / "learning_rate=0.002"));  // never started
+  // The rerun (shorter, so that it ends) resumes the interrupted point from its checkpoint.
+  const auto rest = run_mpx("sweep --config c.yaml --set train.epochs=200 --set train.max_steps=" +
+                                std::to_string(first["steps"].get<int64_t>() + 4) +
+                                " --grid optimizer.learning_rate=0.001,0.002 --dir s --format json",
+                            t.path);
+  CHECK(rest.code == 0);
+  CHECK(rest.err.find("[1/2] learning_rate=0.001: resuming from its checkpoint") != std::string::npos);
+  CHECK(table_of(rest.out).size() == 2);
+}
