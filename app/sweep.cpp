@@ -53,6 +53,9 @@ struct SweepArgs {
   int jobs = 1;
   bool overwrite = false;
   std::string format = "text";
+  std::string sort;
+  bool descending = false;
+  std::vector<std::string> columns;
 };
 
 struct Axis {
@@ -391,7 +394,9 @@ void run_sweep(SweepArgs a) {
                                   : a.format == "markdown" ? report::TableFormat::Markdown
                                                            : report::TableFormat::Text;
     report::Table t = report::run_table(loaded.runs);
-    if (f == report::TableFormat::Text || f == report::TableFormat::Markdown) report::cap_config_columns(t, 8);
+    if (!a.sort.empty()) report::sort_rows(t, a.sort, a.descending);
+    if (!a.columns.empty()) report::select_columns(t, a.columns);
+    else if (f == report::TableFormat::Text || f == report::TableFormat::Markdown) report::cap_config_columns(t, 8);
     std::cout << report::format_table(t, f);
     std::cout.flush();
   }
@@ -427,6 +432,9 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_flag("--overwrite", a->overwrite, "Train every point again, replacing the runs already there");
   cmd->add_option("--format", a->format, "The format of the table printed at the end")
       ->check(CLI::IsMember({"text", "csv", "json", "markdown"}));
+  cmd->add_option("--sort", a->sort, "Sort the table by this column, as mpx report --table --sort");
+  cmd->add_flag("--descending", a->descending, "With --sort: largest first");
+  cmd->add_option("--columns", a->columns, "Only these columns of the table (comma-separated keys)")->delimiter(',');
   cmd->callback([a] { run_sweep(*a); });
 }
 

@@ -128,6 +128,15 @@ TEST_CASE("cli sweep: the exit code is the worst point's; -j splits the threads;
   CHECK(again.code == 4);
   CHECK(again.err.find("learning_rate=1e4: already diverged, skipped") != std::string::npos);
   CHECK(again.out.find("learning_rate=1e4") != std::string::npos);  // the text table
+  // The table's options are mpx report's.
+  const auto sorted = run_mpx("sweep --config c.yaml --grid optimizer.learning_rate=0.001,1e4 --dir d --format json "
+                              "--sort optimizer.learning_rate --descending --columns status",
+                              t.path);
+  CHECK(sorted.code == 4);
+  const json rows = json::parse(sorted.out);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["run"] == "learning_rate=1e4");
+  CHECK(rows[0].size() == 2);  // run, status
 
   // Values that name the same folder are refused before anything runs.
   const auto same = run_mpx("sweep --config c.yaml --grid name=a/b,a_b --dir s", t.path);
