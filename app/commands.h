@@ -26,6 +26,7 @@ void add_export_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_config_reference_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 
 /// The process exit code a command's callback sets (callbacks cannot return one);
 /// main() returns it after a successful parse. Failures that are exceptions

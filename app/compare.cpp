@@ -153,7 +153,9 @@ void run_compare(const CompareArgs& a) {
   if (!a.report.empty()) {
     std::vector<std::string> dirs;
     for (const auto& row : rows) dirs.push_back(base + "/" + row.policy);
-    report::write_report(report::load_runs(dirs), "mpx compare: " + base_cfg.name, a.report);
+    report::Loaded loaded = report::load_runs(dirs);
+    loaded.comparison = nlohmann::json::parse(arr.dump());  // the table above, on the page
+    report::write_report(loaded, "mpx compare: " + base_cfg.name, a.report);
     spdlog::info("compare: wrote the report {}", a.report);
   }
 

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/inspect.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -63,6 +64,10 @@ void run_eval(const EvalArgs& a) {
     j["accuracy"] = r.accuracy;
     j["count"] = r.count;
     j["policy"] = r.policy;
+    nlohmann::json classes;
+    add_class_results(classes, r.num_classes, r.confusion);
+    j["per_class_accuracy"] = classes["per_class_accuracy"];
+    j["confusion_matrix"] = classes["confusion_matrix"];
     print_json(j);
   } else {
     const auto correct = static_cast<int64_t>(r.accuracy * static_cast<double>(r.count) + 0.5);
@@ -87,8 +92,8 @@ void add_eval_command(CLI::App& app) {
       ->excludes(ck);
   add_set_option(cmd, a->sets);
   cmd->add_flag("--json", a->json,
-                "Print one JSON object {loss, accuracy, count, policy} on stdout (no timings: "
-                "equal weights print equal text)");
+                "Print one JSON object {loss, accuracy, count, policy, per_class_accuracy, confusion_matrix} "
+                "on stdout (no timings: equal weights print equal text)");
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->callback([a] { run_eval(*a); });
 }

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -25,6 +26,7 @@
 
 #include "commands.h"
 #include "core/env.h"
+#include "config/yaml_tree.h"
 #include "core/error.h"
 #include "core/live_line.h"
 #include "train/run_dir.h"
@@ -187,7 +189,8 @@ int run(int argc, char** argv) {
   CLI::App app{"mpx: mixed-precision CNN training (float32, mixed_float16, mixed_bfloat16) on\n"
                "NVIDIA GPUs (cuDNN/cuBLAS) or the CPU, driven by one YAML config.\n"
                "Exit codes: 0 done, 1 internal error, 2 bad command line or config, 3 data missing\n"
-               "or corrupt, 4 training diverged, 5 out of device memory, 130 interrupted.",
+               "or corrupt, 4 training diverged, 5 out of device memory, 6 an output could not be\n"
+               "written, 130 interrupted.",
                "mpx"};
   app.set_version_flag("--version", std::string("mpx ") + MPX_VERSION, "Print the version and exit");
   // At most one; "none" is reported after parsing so that an unknown flag or
@@ -206,6 +209,7 @@ int run(int argc, char** argv) {
   mpx::app::add_bench_command(app);
   mpx::app::add_compare_command(app);
   mpx::app::add_report_command(app);
+  mpx::app::add_sweep_command(app);
   mpx::app::add_validate_command(app);
   mpx::app::add_devices_command(app);
   mpx::app::add_export_command(app);
@@ -218,6 +222,20 @@ int run(int argc, char** argv) {
     if (quiet) g_console->set_level(spdlog::level::warn);
   });
 
+  // An unknown command: CLI11 would say only that the word was not expected.
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      const std::string near = mpx::config_detail::closest_match(word, names);
+      spdlog::error("unknown command '{}'{}; 'mpx --help' lists the commands", word,
+                    near.empty() ? std::string() : " (did you mean '" + near + "'?)");
+      return mpx::kExitUsage;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) throw CLI::RequiredError("A subcommand");

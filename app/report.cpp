@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `mpx report`: one HTML page of runs (curves, summaries, the table of runs), or
 // with --table the table alone on stdout (docs/report.md).
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -20,11 +21,23 @@ struct ReportArgs {
   std::string title = "mpx report";
   bool table = false;
   std::string format = "text";
+  std::string sort;
+  bool descending = false;
+  std::vector<std::string> columns;
 };
+
+/// Config columns the text and Markdown tables show before listing the rest by name.
+constexpr size_t kMaxConfigColumns = 8;
 
 void run_report(const ReportArgs& a) {
   const report::Loaded loaded = report::load_runs(a.dirs);
-  for (const auto& n : loaded.not_runs) spdlog::warn("{}: {}", n.dir, n.reason);
+  for (const auto& n : loaded.not_runs) {
+    // A folder that is not there is a mistake in the command (a typo, a run not yet made);
+    // a folder without run files beside runs (a glob over runs/*) only a warning.
+    if (n.reason == "does not exist" || n.reason == "is not a folder")
+      throw ConfigError(fmt::format("{}: {}; mpx report takes run directories or folders of runs", n.dir, n.reason));
+    spdlog::warn("{}: {}", n.dir, n.reason);
+  }
   if (loaded.runs.empty())
     throw ConfigError("mpx report: none of the folders given is a run directory (a run has summary.json, "
                       "metrics.jsonl or config.yaml)");
@@ -33,7 +46,12 @@ void run_report(const ReportArgs& a) {
                                   : a.format == "json"     ? report::TableFormat::Json
                                   : a.format == "markdown" ? report::TableFormat::Markdown
                                                            : report::TableFormat::Text;
-    std::cout << report::format_table(report::run_table(loaded.runs), f);
+    report::Table t = report::run_table(loaded.runs);
+    if (!a.sort.empty()) report::sort_rows(t, a.sort, a.descending);
+    if (!a.columns.empty()) report::select_columns(t, a.columns);
+    else if (f == report::TableFormat::Text || f == report::TableFormat::Markdown)
+      report::cap_config_columns(t, kMaxConfigColumns);
+    std::cout << report::format_table(t, f);
     std::cout.flush();
   } else {
     report::write_report(loaded, a.title, a.out);
@@ -58,6 +76,15 @@ void add_report_command(CLI::App& app) {
   table->excludes(out);
   cmd->add_option("--format", a->format, "The table's format (with --table)")
       ->check(CLI::IsMember({"text", "csv", "json", "markdown"}))
+      ->needs(table);
+  cmd->add_option("--sort", a->sort,
+                  "Sort the table's rows by this column (a summary field such as final_test_accuracy, or a config "
+                  "key); ascending, runs without a value last")
+      ->needs(table);
+  cmd->add_flag("--descending", a->descending, "With --sort: largest first")->needs(table);
+  cmd->add_option("--columns", a->columns,
+                  "Only these columns, in this order (comma-separated keys; the run name always comes first)")
+      ->delimiter(',')
       ->needs(table);
   cmd->callback([a] { run_report(*a); });
 }

@@ -25,6 +25,8 @@ struct TrainArgs {
   std::string resume;
   bool no_progress = false;
   bool json = false;
+  bool overwrite = false;
+  std::vector<std::string> allow_changes;
 };
 
 bool path_exists(const std::string& p) {
@@ -38,12 +40,28 @@ void run_train(const TrainArgs& a) {
                       ": no such run directory or checkpoint file (give a run directory or its "
                       "checkpoints/last.ckpt)");
   }
-  const Config cfg = load_config(a.config, a.sets);
+  // --resume reads the run's own config.yaml; --config beside it may change only what cannot
+  // change the result, or what --allow-changes names (README, "Resuming a run").
+  std::string saved;
+  if (!a.resume.empty()) {
+    const std::string dir = resume_run_dir(a.resume);
+    if (!dir.empty() && path_exists(dir + "/config.yaml")) saved = dir + "/config.yaml";
+  }
+  if (a.config.empty() && saved.empty()) {
+    throw ConfigError(a.resume.empty() ? "--config is required (the YAML file of the run)"
+                                       : "--resume " + a.resume +
+                                             ": no config.yaml of the run beside it; give the run's config with "
+                                             "--config");
+  }
+  const Config cfg = load_config(a.config.empty() ? saved : a.config, a.sets);
 
   TrainOptions opts;
   opts.run_dir = a.run_dir;
   opts.resume = a.resume;
   opts.progress = !a.no_progress;
+  opts.overwrite = a.overwrite;
+  opts.resume_config = saved;
+  opts.allow_changes = a.allow_changes;
   const TrainResult r = train(cfg, opts);
 
   if (world().rank() != 0) {  // data parallel: rank 0 speaks for the job (stdout too)
@@ -64,9 +82,12 @@ void run_train(const TrainArgs& a) {
     std::cout << "run directory: " << r.run_dir << '\n';
     if (r.status == "completed") {
       std::cout << fmt::format(
-          "completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), train loss {:.4f}, "
+          "completed: {} steps ({} full epoch{}{}), test accuracy {:.4f} ({}), train loss {:.4f}, "
           "{:.0f} images/s, {:.1f} s, {} on {}",
-          r.epochs, r.epochs == 1 ? "" : "s", r.steps, r.final_test_accuracy, r.best_test_accuracy,
+          r.steps, r.epochs, r.epochs == 1 ? "" : "s",
+          r.stopped_early_epoch > 0 ? ", stopped early" : "", r.final_test_accuracy,
+          r.validation_records > 0 ? fmt::format("best validation {:.4f}", r.best_validation_accuracy)
+                                   : fmt::format("best {:.4f}", r.best_test_accuracy),
           r.final_train_loss, r.images_per_sec, r.wall_seconds, r.policy, r.device);
       if (r.skipped_steps > 0) std::cout << fmt::format(", {} skipped steps", r.skipped_steps);
       std::cout << '\n';
@@ -84,11 +105,24 @@ void run_train(const TrainArgs& a) {
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "Train a network as a YAML config says; writes a run directory");
-  cmd->add_option("-c,--config", a->config, "YAML config file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-c,--config", a->config,
+                  "YAML config file (required, but with --resume: the run's own config.yaml by default)")
+      ->check(CLI::ExistingFile);
   add_set_option(cmd, a->sets);
   cmd->add_option("--run-dir", a->run_dir, "Run directory (default: runs/<config name>-<timestamp>)");
-  cmd->add_option("--resume", a->resume,
-                  "Continue a run from its run directory or a checkpoint file (bit-exact on the same backend)");
+  auto* resume = cmd->add_option("--resume", a->resume,
+                                 "Continue a run from its run directory or a checkpoint file (bit-exact on the "
+                                 "same backend)");
+  cmd->add_flag("--overwrite", a->overwrite,
+                "The run directory may hold a previous run: remove the files mpx wrote there (checkpoints, "
+                "TensorBoard event files included), then start afresh")
+      ->excludes(resume);
+  cmd->add_option("--allow-changes", a->allow_changes,
+                  "With --resume: config keys (or whole sections) that may differ from the run's config.yaml, "
+                  "e.g. --allow-changes train.epochs")
+      ->type_name("KEY")
+      ->delimiter(',')
+      ->needs(resume);
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->add_flag("--json", a->json, "Print the run's summary.json on stdout instead of the result line");
   cmd->callback([a] {

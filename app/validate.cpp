@@ -60,7 +60,7 @@ void run_validate(const ValidateArgs& a) {
   std::cout << "# resolved configuration (" << a.config << ")\n" << yaml;
   if (!yaml.empty() && yaml.back() != '\n') std::cout << '\n';
   std::cout << "\n# ---- model ----\n";
-  // The reasons already name what was chosen ("device cpu (set in the config)").
+  // The reasons already name what was chosen ("device cpu (from the config or --set)").
   std::cout << (device_reason.empty() ? "device " + device : device_reason) << '\n';
   std::cout << (policy_reason.empty() ? std::string("policy ") + policy_name(policy) : policy_reason) << '\n';
   std::cout << fmt::format("input: {}x{}x{} (HxWxC), {} classes\n\n", H, W, C, num_classes);

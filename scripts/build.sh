@@ -3,7 +3,8 @@
 # Configures and builds mpx with a CMake preset (CMakePresets.json; default
 # `release`: Release, CUDA when found) into build/ (BUILD_DIR overrides the
 # preset's folder). Extra CMake arguments: MPX_CMAKE_ARGS="-DMPX_CUDA=OFF ...";
-# another preset: MPX_PRESET=cpu-only. Uses ccache when installed.
+# another preset: MPX_PRESET=cpu-only. MPX_BUILD_TARGET=mpx builds that target only
+# (quickstart.sh: the binary, not the tests and benchmarks). Uses ccache when installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +26,10 @@ fi
 args+=(${MPX_CMAKE_ARGS:-})
 
 cmake "${args[@]}"
+target=()
+[[ -n ${MPX_BUILD_TARGET:-} ]] && target=(--target "$MPX_BUILD_TARGET")
 if [[ -n $BUILD_DIR ]]; then
-  cmake --build "$BUILD_DIR" -j"$(nproc)"
+  cmake --build "$BUILD_DIR" -j"$(nproc)" "${target[@]}"
 else
-  cmake --build --preset "$PRESET" -j"$(nproc)"
+  cmake --build --preset "$PRESET" -j"$(nproc)" "${target[@]}"
 fi

@@ -134,7 +134,8 @@ TEST_CASE("mpx --help lists every command and exits 0", "[cli]") {
   TempDir t;
   const Run r = run_mpx("--help", t.path);
   CHECK(r.code == 0);
-  for (const char* c : {"train", "eval", "bench", "validate", "devices", "compare"}) {
+  CHECK(r.out.find("6 an output could not be") != std::string::npos);  // every exit code is listed
+  for (const char* c : {"train", "eval", "bench", "validate", "devices", "compare", "sweep"}) {
     INFO(c);
     CHECK(r.out.find(c) != std::string::npos);
   }
@@ -155,10 +156,17 @@ TEST_CASE("usage errors exit 2", "[cli]") {
   SECTION("unknown command") {
     const Run r = run_mpx("frobnicate", t.path);
     CHECK(r.code == 2);
-    CHECK(r.err.find("frobnicate") != std::string::npos);
+    CHECK(r.err.find("unknown command 'frobnicate'; 'mpx --help' lists the commands") != std::string::npos);
+    const Run typo = run_mpx("trian --config c.yaml", t.path);
+    CHECK(typo.code == 2);
+    CHECK(typo.err.find("unknown command 'trian' (did you mean 'train'?)") != std::string::npos);
   }
   SECTION("no command") { CHECK(run_mpx("", t.path).code == 2); }
-  SECTION("train without --config") { CHECK(run_mpx("train", t.path).code == 2); }
+  SECTION("train without --config") {
+    const Run r = run_mpx("train", t.path);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--config is required") != std::string::npos);
+  }
   SECTION("config file that does not exist") {
     const Run r = run_mpx("train --config nope.yaml", t.path);
     CHECK(r.code == 2);
@@ -313,8 +321,9 @@ TEST_CASE("eval --json is reproducible and matches the run's final accuracy", "[
   CHECK(a.out == b.out);
   json j;
   REQUIRE_NOTHROW(j = json::parse(a.out));
-  CHECK(j.size() == 4);
+  CHECK(j.size() == 6);  // loss, accuracy, count, policy, per_class_accuracy, confusion_matrix
   CHECK(j.at("count") == 500);
+  CHECK(j.at("confusion_matrix").size() == 10);
   CHECK(j.at("policy") == "float32");
   CHECK(j.at("loss").is_number());
   const json s = read_json(m.run_dir / "summary.json");

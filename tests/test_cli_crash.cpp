@@ -190,7 +190,8 @@ TEST_CASE("cli crash: SIGKILL at random moments, resume each time, end bit-exact
           CHECK(r.code == 2);
           CHECK(r.err.find("no checkpoints/last.ckpt") != std::string::npos);
         }
-        args.insert(args.end(), {"--run-dir", name});
+        // A fresh start in the folder a killed run left: --overwrite (the run-directory rule).
+        args.insert(args.end(), {"--run-dir", name, "--overwrite"});
         ++fresh_starts;
       }
       const fs::path log = t.path / ("attempt" + std::to_string(attempt) + ".log");
@@ -233,7 +234,7 @@ TEST_CASE("cli crash: SIGKILL at random moments, resume each time, end bit-exact
     if (fs::exists(run / "checkpoints" / "last.ckpt"))
       args.insert(args.end(), {"--resume", run.filename().string()});
     else
-      args.insert(args.end(), {"--run-dir", run.filename().string()});
+      args.insert(args.end(), {"--run-dir", run.filename().string(), "--overwrite"});
     REQUIRE(WEXITSTATUS(wait_status(spawn_mpx(t.path, args, t.path / "final.log"))) == 0);
     check_same_end(t.path / "straight", run);
   }
@@ -248,7 +249,7 @@ TEST_CASE("cli crash: a temporary file left by a kill is removed at the next sta
   write_file(t.path / "run" / "checkpoints" / ".last.ckpt.tmp.4242", "half a checkpoint");
   write_file(t.path / "run" / ".summary.json.tmp.77", "{\"status\":");
   write_file(t.path / "run" / "checkpoints" / "notes.tmp.txt", "not ours: kept");
-  const auto again = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path);
+  const auto again = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path);
   REQUIRE(again.code == 0);
   CHECK_FALSE(fs::exists(t.path / "run" / "checkpoints" / ".last.ckpt.tmp.4242"));
   CHECK_FALSE(fs::exists(t.path / "run" / ".summary.json.tmp.77"));
@@ -269,7 +270,7 @@ TEST_CASE("cli crash: a kill between the epoch record and the checkpoint does no
                 fs::copy_options::overwrite_existing);
   support::write_file(t.path / "run" / "metrics.jsonl",
                       support::read_file(t.path / "run" / "metrics.jsonl") + "{\"kind\": \"step\", \"ste");
-  const auto again = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path);
+  const auto again = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path);
   REQUIRE(again.code == 0);
   std::vector<int64_t> epochs, steps;
   for (const auto& r : support::read_jsonl(t.path / "run" / "metrics.jsonl")) {

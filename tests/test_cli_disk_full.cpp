@@ -108,7 +108,7 @@ TEST_CASE("disk full: a checkpoint write that fails keeps the previous checkpoin
   const std::string best = read_file(t.path / "run" / "checkpoints" / "best.ckpt");
   // At most 1 or 2 MB per file (sh counts 512- or 1024-byte blocks): the logs fit, a checkpoint does not.
   const auto r = run_limited("trap '' XFSZ; ulimit -f 2048;",
-                             "train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path);
+                             "train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path);
   CHECK(r.code == 6);
   CHECK(r.err.find("cannot write checkpoint '") != std::string::npos);
   CHECK(r.err.find("/checkpoints/") != std::string::npos);
@@ -124,7 +124,7 @@ TEST_CASE("disk full: metrics.jsonl that cannot be written is exit 6 naming it",
   const std::string before = first_epoch(t);
   fs::remove(t.path / "run" / "metrics.jsonl");
   fs::create_symlink("/dev/full", t.path / "run" / "metrics.jsonl");
-  const auto r = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path);
+  const auto r = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path);
   CHECK(r.code == 6);
   CHECK(r.err.find("metrics.jsonl") != std::string::npos);
   CHECK(r.err.find("No space left on device") != std::string::npos);
@@ -137,7 +137,7 @@ TEST_CASE("disk full: train.log that cannot be written is exit 6 naming it", "[c
   first_epoch(t);
   fs::remove(t.path / "run" / "train.log");
   fs::create_symlink("/dev/full", t.path / "run" / "train.log");
-  const auto r = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path);
+  const auto r = support::run_mpx("train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path);
   CHECK(r.code == 6);
   CHECK(r.err.find("train.log") != std::string::npos);
   CHECK(r.err.find("No space left on device") != std::string::npos);
@@ -158,7 +158,7 @@ TEST_CASE("read-only: a checkpoints folder that cannot be written keeps the prev
   const auto writable = fs::status(ckpts).permissions();
   fs::permissions(ckpts, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
                   fs::perm_options::remove);
-  const auto r = run_limited("", "train --no-progress --config c.yaml --set train.epochs=2 --resume run", t.path, mpx);
+  const auto r = run_limited("", "train --no-progress --config c.yaml --set train.epochs=2 --allow-changes train.epochs --resume run", t.path, mpx);
   fs::permissions(ckpts, writable);
   CHECK(r.code == 6);
   CHECK(r.err.find("cannot write 'run/checkpoints/") != std::string::npos);  // best.ckpt or last.ckpt

@@ -56,6 +56,20 @@ void check_nothing_mid_line(const std::string& out) {
   CHECK(n > 0);  // the progress line was shown
 }
 
+/// Every match of `re` (groups: bar, done, whole; or done, whole, bar with `steps_first`)
+/// has a bar filled in proportion: done * 20 / whole '#', the rest '.'. Returns the matches.
+int check_bars(const std::string& out, const std::regex& re, bool steps_first = false) {
+  int n = 0;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it, ++n) {
+    const std::string bar = (*it)[steps_first ? 3 : 1];
+    const int done = std::stoi((*it)[steps_first ? 1 : 2]), whole = std::stoi((*it)[steps_first ? 2 : 3]);
+    INFO(it->str());
+    CHECK(bar == std::string(static_cast<size_t>(done * 20 / whole), '#') +
+                     std::string(static_cast<size_t>(20 - done * 20 / whole), '.'));
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("cli progress: train, eval and compare on a terminal; log lines never start mid-line", "[cli][progress]") {
@@ -66,6 +80,14 @@ TEST_CASE("cli progress: train, eval and compare on a terminal; log lines never 
   REQUIRE(code == 0);
   CHECK(train.find("skipped (") != std::string::npos);  // log lines came while the line showed
   check_nothing_mid_line(train);
+  // The line has a bar over the epoch's steps and the time per step.
+  CHECK(check_bars(train, std::regex(R"(epoch [12]/2 \[([#.]{20})\] ([0-9]+)/(8) loss )")) > 0);
+  CHECK(std::regex_search(train, std::regex(R"( [0-9]+\.[0-9] ms/step ETA )")));
+  // With train.max_steps ending the run first, the bar is over the run's steps.
+  const std::string capped = on_a_terminal(t, "train --config c.yaml --run-dir capped --set train.max_steps=10", code);
+  REQUIRE(code == 0);
+  CHECK(check_bars(capped, std::regex(R"(step ([0-9]+)/(10) \[([#.]{20})\] epoch [12]/2 loss )"), true) > 0);
+  check_nothing_mid_line(capped);
   CHECK(std::regex_search(train, std::regex(R"(memory: master [0-9.]+ KiB, grads [0-9.]+ KiB)")));
   CHECK(std::regex_search(train, std::regex(R"(activations [0-9.]+ (KiB|MiB))")));
 

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
 // One run directory, one `mpx train`: a second run on it is refused (exit 2,
 // the holder's pid named) while the first runs, and a run killed with SIGKILL
-// leaves no stuck lock: --resume takes the directory over.
+// leaves no stuck lock: --resume takes the directory over. The run-directory
+// rule (README, "The run directory"): a foreign folder is refused and never
+// cleared, a previous run only with --resume or --overwrite.
 #include <catch2/catch.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/cli.h"
 
@@ -80,4 +84,120 @@ TEST_CASE("cli run dir: outputs that cannot be written are exit 6 naming the fil
   const auto e = run_mpx("export --config c.yaml --out missing/folder/w.safetensors", t.path);
   CHECK(e.code == 6);
   CHECK(e.err.find("missing/folder") != std::string::npos);
+}
+
+namespace {
+
+/// A two-step training that ends at once (synthetic data).
+const char* kQuick =
+    "name: quick\n"
+    "device: cpu\n"
+    "data: {dataset: synthetic, batch_size: 8, synthetic_train: 16, synthetic_test: 8}\n"
+    "model:\n"
+    "  layers:\n"
+    "    - {type: flatten}\n"
+    "    - {type: dense, units: 10, activation: softmax}\n"
+    "train: {epochs: 1}\n";
+
+std::vector<std::string> event_files(const std::filesystem::path& run) {
+  std::vector<std::string> files;
+  for (const char* sub : {"train", "validation"}) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(run / "tensorboard" / sub, ec), end; !ec && it != end;
+         it.increment(ec))
+      files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("cli run dir: a folder that is not an mpx run directory is refused and left untouched",
+          "[cli][rundir]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kQuick);
+  std::filesystem::create_directories(t.path / "mine");
+  write_file(t.path / "mine" / "notes.txt", "someone's notes\n");
+  for (const char* extra : {"", " --overwrite"}) {
+    const auto r = run_mpx(std::string("train --no-progress --config c.yaml --run-dir mine") + extra, t.path);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("the run directory 'mine' is not empty and is not an mpx run directory (it holds "
+                     "'notes.txt')") != std::string::npos);
+    CHECK(r.err.find("give a new or empty --run-dir") != std::string::npos);
+  }
+  // Nothing was written there, nothing removed.
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(t.path / "mine")) left.push_back(e.path().filename());
+  CHECK(left == std::vector<std::string>{"notes.txt"});
+  CHECK(support::read_file(t.path / "mine" / "notes.txt") == "someone's notes\n");
+
+  // A lone config.yaml (a user's folder with a config in it) is not a run either.
+  std::filesystem::create_directories(t.path / "cfgdir");
+  write_file(t.path / "cfgdir" / "config.yaml", kQuick);
+  const auto c = run_mpx("train --no-progress --config c.yaml --run-dir cfgdir", t.path);
+  CHECK(c.code == 2);
+  CHECK(c.err.find("(it holds 'config.yaml')") != std::string::npos);
+
+  // An empty folder is used.
+  std::filesystem::create_directories(t.path / "empty");
+  const auto e = run_mpx("train --no-progress --config c.yaml --run-dir empty", t.path);
+  CHECK(e.code == 0);
+  CHECK(std::filesystem::exists(t.path / "empty" / ".mpx-run"));
+  CHECK(std::filesystem::exists(t.path / "empty" / "summary.json"));
+}
+
+TEST_CASE("cli run dir: a finished run is refused without --resume or --overwrite; --overwrite clears it",
+          "[cli][rundir]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kQuick);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir run", t.path).code == 0);
+  const auto old_events = event_files(t.path / "run");
+  REQUIRE(old_events.size() == 2);
+  const std::string old_summary = support::read_file(t.path / "run" / "summary.json");
+  write_file(t.path / "run" / "notes.txt", "kept\n");
+
+  const auto again = run_mpx("train --no-progress --config c.yaml --run-dir run", t.path);
+  CHECK(again.code == 2);
+  CHECK(again.err.find("the run directory 'run' already holds a completed run: continue it with "
+                       "--resume run, replace it with --overwrite") != std::string::npos);
+  CHECK(support::read_file(t.path / "run" / "summary.json") == old_summary);
+  CHECK(event_files(t.path / "run") == old_events);
+
+  // An older run directory (before the marker existed) is recognised by its files.
+  std::filesystem::remove(t.path / "run" / ".mpx-run");
+  CHECK(run_mpx("train --no-progress --config c.yaml --run-dir run", t.path).code == 2);
+
+  const auto both = run_mpx("train --no-progress --config c.yaml --run-dir run --overwrite --resume run", t.path);
+  CHECK(both.code == 2);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // event file names carry the second
+  const auto over = run_mpx("train --no-progress --config c.yaml --run-dir run --overwrite", t.path);
+  REQUIRE(over.code == 0);
+  const auto new_events = event_files(t.path / "run");
+  CHECK(new_events.size() == 2);  // one per folder: the old ones are gone
+  for (const auto& f : old_events) CHECK(!std::filesystem::exists(f));
+  CHECK(support::read_file(t.path / "run" / "notes.txt") == "kept\n");  // not mpx's: kept
+  // metrics.jsonl holds this run only: one epoch record.
+  const std::string metrics = support::read_file(t.path / "run" / "metrics.jsonl");
+  size_t epochs = 0;
+  for (size_t at = metrics.find("\"kind\":\"epoch\""); at != std::string::npos;
+       at = metrics.find("\"kind\":\"epoch\"", at + 1))
+    ++epochs;
+  CHECK(epochs == 1);
+}
+
+TEST_CASE("cli run dir: an unfinished run is refused too; --run-dir / is refused", "[cli][rundir]") {
+  TempDir t;
+  write_file(t.path / "c.yaml", kQuick);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir run", t.path).code == 0);
+  std::filesystem::remove(t.path / "run" / "summary.json");
+  const auto r = run_mpx("train --no-progress --config c.yaml --run-dir run", t.path);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("already holds an unfinished run (no summary.json)") != std::string::npos);
+  const auto root = run_mpx("train --no-progress --config c.yaml --run-dir / --overwrite", t.path);
+  CHECK(root.code == 2);
+  CHECK(root.err.find("the run directory '/' is not empty and is not an mpx run directory") != std::string::npos);
+  CHECK(!std::filesystem::exists("/.mpx-run"));
+  CHECK(!std::filesystem::exists("/summary.json"));
 }

@@ -169,11 +169,11 @@ TEST_CASE("cli weights: weights.init_from loads a file (train, export)", "[cli][
                         "--run-dir run2 --no-progress",
                         f.dir.path);
   CHECK(t.code == 0);
-  CHECK_THAT(t.err, Catch::Contains("weights: w.safetensors (pytorch layout)"));
+  CHECK_THAT(t.err, Catch::Contains("weights: " + f.at("w.safetensors").string() + " (pytorch layout)"));
 
-  // The resolved config.yaml keeps the key.
+  // The resolved config.yaml keeps the key, as an absolute path (--set values follow the current folder).
   const Config resolved = load_config((f.at("run2") / "config.yaml").string());
-  CHECK(resolved.weights.init_from == "w.safetensors");
+  CHECK(resolved.weights.init_from == f.at("w.safetensors").string());
 }
 
 TEST_CASE("cli weights: bad files are rejected with exit 2 and the tensor named", "[cli][weights]") {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "core/activation.h"
@@ -735,14 +736,16 @@ TEST_CASE("config: shipped configs say what the README and the guides promise", 
   CHECK(smoke.policy == Policy::Float32);
   CHECK(smoke.train.epochs == 1);
   CHECK(smoke.data.dataset == DatasetName::Mnist);
-  CHECK(smoke.data.path == "data/mnist");
+  // The shipped configs leave data.path out: data/<dataset> of the current folder, made absolute.
+  CHECK(smoke.data.path == (std::filesystem::current_path() / "data/mnist").string());
 
   const Config fp16 = load_config(dir + "mnist_fp16.yaml");
   CHECK(fp16.policy == Policy::MixedFloat16);
   CHECK(fp16.loss_scale.mode == LossScaleMode::Dynamic);
   CHECK(fp16.model.layers.back().dtype == LayerDType::Float32);
   CHECK(load_config(dir + "mnist_bf16.yaml").policy == Policy::MixedBFloat16);
-  CHECK(load_config(dir + "fashion_mnist.yaml").data.path == "data/fashion_mnist");
+  CHECK(load_config(dir + "fashion_mnist.yaml").data.path ==
+        (std::filesystem::current_path() / "data/fashion_mnist").string());
 
   for (const char* name : {"cifar10_fp32", "cifar10_fp16", "cifar10_bf16"}) {
     INFO(name);
@@ -766,4 +769,35 @@ TEST_CASE("config: shipped configs say what the README and the guides promise", 
   for (const auto& L : res.model.layers) blocks += L.type == LayerType::Residual;
   CHECK(blocks == 9);  // ResNet-20
   CHECK(res.data.batch_size == 256);
+}
+
+TEST_CASE("config: relative paths in a file follow the file's folder; --set and defaults the current one",
+          "[config][paths]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("mpx_paths_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "sub");
+  {
+    std::ofstream(dir / "sub" / "c.yaml") << "data: {dataset: mnist, path: ../mnist}\n"
+                                             "weights: {init_from: w/x.safetensors}\n"
+                                             "model: {layers: [{type: flatten}, {type: dense, units: 10}]}\n";
+    std::ofstream(dir / "sub" / "d.yaml") << "data: {dataset: cifar10, path: /abs/cifar}\n"
+                                             "model: {layers: [{type: flatten}, {type: dense, units: 10}]}\n";
+  }
+  const Config c = load_config((dir / "sub" / "c.yaml").string());
+  CHECK(c.data.path == (dir / "mnist").string());
+  CHECK(c.weights.init_from == (dir / "sub" / "w" / "x.safetensors").string());
+  const Config s = load_config((dir / "sub" / "c.yaml").string(), {"data.path=rel/m"});
+  CHECK(s.data.path == (fs::current_path() / "rel" / "m").string());
+  const Config d = load_config((dir / "sub" / "d.yaml").string());
+  CHECK(d.data.path == "/abs/cifar");
+  CHECK(d.weights.init_from.empty());
+  // Left out: data/<dataset> of the current folder.
+  std::ofstream(dir / "sub" / "e.yaml") << "data: {dataset: cifar10}\n"
+                                           "model: {layers: [{type: flatten}, {type: dense, units: 10}]}\n";
+  const Config dflt = load_config((dir / "sub" / "e.yaml").string());
+  CHECK(dflt.data.path == (fs::current_path() / "data" / "cifar10").string());
+  // parse_config (text without a file) leaves paths as written.
+  CHECK(parse_config("data: {dataset: mnist, path: ../m}\nmodel: {layers: [{type: flatten}]}\n", "t").data.path ==
+        "../m");
+  fs::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 
 #include "report/html.h"
@@ -134,7 +135,7 @@ TEST_CASE("report: the table's cells are the summaries' values; differing config
                           "peak_memory_bytes", "final_loss_scale"})
       CHECK(row[k] == (s.contains(k) ? s[k] : json(nullptr)));
   }
-  CHECK(arr[1]["optimizer.learning_rate"] == "3.0e-3");
+  CHECK(arr[1]["optimizer.learning_rate"] == 3.0e-3);  // the YAML number as a JSON number
   CHECK(arr[2]["policy"] == "mixed_float16");  // from summary.json
   CHECK(arr[2]["message"] == "training diverged: non-finite loss at step 3");
 
@@ -250,4 +251,47 @@ TEST_CASE("report: one run has no overlay; a run without metrics says 'no data'"
   const support::HtmlDoc doc = support::parse_html(html);
   CHECK(doc.find(0, [](const support::HtmlElement& e) { return e.attr("id") == "overlay"; }).empty());
   CHECK(doc.find(0, [](const support::HtmlElement& e) { return e.has_class("no-data"); }).size() == curve_ids().size());
+}
+
+TEST_CASE("report: skip marks share no run's colour; a loss that spans decades is on a log axis; names do not wrap",
+          "[report]") {
+  RunData r;
+  r.dir = r.name = "blowup";
+  r.status = "diverged";
+  const double losses[] = {2.3, 0.5, 40.0, 4.6e4};
+  for (int i = 0; i < 4; ++i)
+    r.steps.push_back({{"kind", "step"}, {"step", i + 1}, {"loss", losses[i]}, {"accuracy", 0.1 + 0.1 * i},
+                       {"learning_rate", 1e-3}, {"loss_scale", 1.0}, {"skipped_steps", i}});
+  Loaded l;
+  for (int i = 0; i < 10; ++i) {  // more runs than the palette has colours
+    RunData c = r;
+    c.name = "run" + std::to_string(i);
+    l.runs.push_back(c);
+  }
+  const std::string html = render_html(l, "t");
+  const auto doc = support::parse_html(html);
+  std::set<std::string> colours;
+  for (int p : doc.find(0, [](const support::HtmlElement& e) { return e.name == "polyline"; }))
+    colours.insert(doc.at(p).attr("stroke"));
+  const auto skips = doc.find(0, [](const support::HtmlElement& e) { return e.name == "path" && e.has_class("skip"); });
+  REQUIRE(!skips.empty());
+  for (int s : skips) {
+    CHECK(doc.at(s).attr("stroke") == "#000");
+    CHECK(colours.count(doc.at(s).attr("stroke")) == 0);
+  }
+  // train_loss spans 0.5 .. 46000: ticks at powers of ten; train_accuracy (0.1 .. 0.4) stays linear.
+  const auto tick_texts = [&](const std::string& curve) {
+    std::set<std::string> t;
+    const auto fig = doc.find(0, [&](const support::HtmlElement& e) { return e.attr("data-curve") == curve; });
+    REQUIRE(!fig.empty());
+    for (int x : doc.find(fig[0], [](const support::HtmlElement& e) { return e.name == "text" && e.has_class("tick"); }))
+      t.insert(doc.at(x).text);
+    return t;
+  };
+  const auto loss = tick_texts("train_loss");
+  for (const char* want : {"1", "10", "100", "1000", "10000"}) CHECK(loss.count(want) == 1);
+  const auto acc = tick_texts("train_accuracy");
+  CHECK(acc.count("10") == 0);
+  CHECK(acc.count("0.2") == 1);
+  CHECK(html.find("table.runs td:first-child,table.runs td:first-child a{white-space:nowrap}") != std::string::npos);
 }

@@ -160,7 +160,7 @@ device: cpu
 policy: float32
 data: {dataset: synthetic, batch_size: 32, synthetic_train: 256, synthetic_test: 128}
 optimizer: {name: sgd, learning_rate: 1.0e10}
-train: {epochs: 20, log_every: 4, sync: log}
+train: {epochs: 20, log_every: 4, sync: log, divergence_factor: 0}  # runs on to inf/NaN
 model:
   layers:
     - {type: conv2d, filters: 4, kernel: 3, activation: relu}

@@ -473,3 +473,29 @@ TEST_CASE("write_file_atomic replaces the file", "[train][metrics]") {
   CHECK_THROWS_AS(write_file_atomic((d / "no" / "such" / "x").string(), std::string("x")), Error);
   fs::remove_all(d);
 }
+
+TEST_CASE("divergence advice suggests only what would change something", "[train][scaler]") {
+  const std::string dynamic = "loss_scale.mode: dynamic";
+  // Already dynamic under mixed_float16: not suggested again; the other policies are.
+  const std::string fp16_dyn = divergence_advice(Policy::MixedFloat16, LossScaleMode::Dynamic);
+  CHECK(fp16_dyn.find(dynamic) == std::string::npos);
+  CHECK(fp16_dyn.find("policy: mixed_bfloat16 or float32") != std::string::npos);
+  CHECK(divergence_advice(Policy::MixedFloat16, LossScaleMode::Fixed).find(dynamic) != std::string::npos);
+  // float32 and bfloat16 need no loss scaling: never suggested there.
+  const std::string fp32 = divergence_advice(Policy::Float32, LossScaleMode::None);
+  CHECK(fp32.find(dynamic) == std::string::npos);
+  CHECK(fp32.find("policy:") == std::string::npos);
+  CHECK(fp32.find("optimizer.learning_rate") != std::string::npos);
+  const std::string bf16 = divergence_advice(Policy::MixedBFloat16, LossScaleMode::None);
+  CHECK(bf16.find(dynamic) == std::string::npos);
+  CHECK(bf16.find("policy: float32") != std::string::npos);
+}
+
+TEST_CASE("checkpoints keep the starting loss of the divergence check", "[train][checkpoint]") {
+  const fs::path d = temp_dir("start_loss");
+  Checkpoint c = sample_checkpoint();
+  c.header.start_loss = 2.302585;
+  save_checkpoint((d / "a.ckpt").string(), c);
+  CHECK(load_checkpoint((d / "a.ckpt").string()).header.start_loss == 2.302585);
+  fs::remove_all(d);
+}

@@ -59,6 +59,9 @@ struct DataConfig {
   AugmentConfig augment;
   /// synthetic only: records per split and classes.
   int64_t synthetic_train = 1024, synthetic_test = 256;
+  /// Training records held out for validation: a fraction in (0, 1), or a count >= 1;
+  /// 0 = none. Drawn with the seed (docs/design.md, "Validation split").
+  double validation_split = 0;
 };
 
 /// One layer of `model.layers`. Fields that do not apply to the type keep their defaults.
@@ -121,6 +124,14 @@ struct ScheduleConfig {
   int64_t cooldown = 0;
 };
 
+/// Keras EarlyStopping on the validation split (docs/design.md, "Validation split").
+struct EarlyStoppingConfig {
+  EarlyStopMonitor monitor = EarlyStopMonitor::None;
+  int64_t patience = 0;
+  double min_delta = 0;
+  bool restore_best = false;  // Keras restore_best_weights
+};
+
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 50;
@@ -131,6 +142,13 @@ struct TrainConfig {
   /// Keras' label_smoothing of the categorical cross-entropy, in training (the test loss is
   /// the plain cross-entropy).
   double label_smoothing = 0.0;
+  /// A finite train loss past this many times the run's starting loss ends the run as
+  /// diverged (exit 4), under every policy; 0 = off (docs/precision.md, "When training stops").
+  double divergence_factor = 100.0;
+  /// Also diverged when the epoch's train loss has not improved on its best for this many
+  /// epochs in a row; 0 = off.
+  int64_t divergence_patience = 0;
+  EarlyStoppingConfig early_stopping;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step
@@ -150,7 +168,7 @@ struct DebugConfig {
 
 struct WeightsConfig {
   /// A safetensors file (keras or pytorch layout, as `mpx export` writes) loaded
-  /// after initialization; "" = none. Relative paths are relative to the working directory.
+  /// after initialization; "" = none. Relative paths: as data.path (load_config).
   std::string init_from;
 };
 
@@ -200,6 +218,9 @@ struct Config {
 
 /// @brief Loads and validates a YAML config file, applying `overrides`
 /// ("key.path=value", as from --set) before validation. Throws ConfigError.
+/// Paths (data.path, weights.init_from) come back absolute: relative ones written in
+/// the file are relative to the file's folder, the others (--set values, the
+/// data/<dataset> default) to the current folder (docs/config.md, "Paths").
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// @brief The same from YAML text; `source` names it in messages.
 Config parse_config(const std::string& yaml_text, const std::string& source,

@@ -98,7 +98,14 @@ std::string config_reference_markdown() {
       "directory's `config.yaml` is the resolved file: every key with its value.\n\n"
       "mpx computes in float32, so every number must also fit one: 0, or a magnitude between\n"
       "1.17549435e-38 (the smallest normal float32) and 3.40282347e+38. The limits on what a\n"
-      "config may hold (size, nesting, UTF-8) are in docs/inputs.md.\n\n";
+      "config may hold (size, nesting, UTF-8) are in docs/inputs.md.\n\n"
+      "## Paths\n\n"
+      "A relative path written in a config file (`data.path`, `weights.init_from`) is relative to\n"
+      "the folder of that file, not to the current folder. A relative path given with `--set`, and\n"
+      "the default `data/<dataset>` when `data.path` is left out, are relative to the current\n"
+      "folder (where data_scripts/ put the data sets; the shipped configs leave `data.path` out).\n"
+      "The run directory's `config.yaml` records every path absolute, so `mpx eval --checkpoint\n"
+      "RUN` and `--resume RUN` work from any folder.\n\n";
   return out + config_sections() + layer_sections();
 }
 

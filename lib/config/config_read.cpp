@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "config/config.h"
 #include "config/schema.h"
@@ -115,12 +116,47 @@ void read_layers(const Reader& r, const YNode& seq, const std::string& path, std
 
 }  // namespace schema
 
-Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
+namespace {
+
+/// The keys that name files or folders (docs/config.md, "Paths").
+constexpr const char* kPathKeys[][2] = {{"data", "path"}, {"weights", "init_from"}};
+
+/// A relative path written in the file itself is relative to the file's folder `base`.
+void resolve_file_paths(YNode& root, const std::filesystem::path& base) {
+  for (const auto& key : kPathKeys) {
+    YNode* section = root.is_map() ? root.find(key[0]) : nullptr;
+    YNode* v = section != nullptr && section->is_map() ? section->find(key[1]) : nullptr;
+    if (v == nullptr || !v->is_scalar() || v->scalar.empty() || v->scalar == "~") continue;
+    if (std::filesystem::path(v->scalar).is_relative()) v->scalar = (base / v->scalar).lexically_normal().string();
+  }
+}
+
+Config parse_config_in(const std::string& yaml_text, const std::string& source,
+                       const std::vector<std::string>& overrides, const std::filesystem::path* base) {
   size_t nodes = 0;  // one budget for the file and its --set values
   YNode root = config_detail::parse_yaml_tree(yaml_text, source, "", &nodes);
+  if (base != nullptr) resolve_file_paths(root, *base);
   for (const auto& ov : overrides) config_detail::apply_override(root, ov, source, &nodes);
-  return build(root, source);
+  Config c = build(root, source);
+  if (base != nullptr) {
+    // The rest (--set values, the data/<dataset> default) is relative to the current folder;
+    // the resolved config.yaml then records absolute paths, valid from anywhere.
+    for (std::string* p : {&c.data.path, &c.weights.init_from}) {
+      std::error_code ec;
+      if (!p->empty() && std::filesystem::path(*p).is_relative()) {
+        const auto abs = std::filesystem::absolute(*p, ec);
+        if (!ec) *p = abs.lexically_normal().string();
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  return parse_config_in(yaml_text, source, overrides, nullptr);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -148,7 +184,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   if (got < 0) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
   text.resize(static_cast<size_t>(got));
   if (text.size() > kMaxConfigBytes) throw too_big("");
-  return parse_config(text, path, overrides);
+  std::error_code abs_ec;
+  const std::filesystem::path base = std::filesystem::absolute(path, abs_ec).parent_path();
+  return parse_config_in(text, path, overrides, abs_ec ? nullptr : &base);
 }
 
 }  // namespace mpx

@@ -74,6 +74,7 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_CPU_WINOGRAD(X) X(Auto, "auto") X(Off, "off") X(On, "on") X(F2, "f2")
 #define MPX_PAD_MODES(X) X(Zeros, "zeros") X(Reflect, "reflect")
 #define MPX_FLIP_MODES(X) X(Random, "random") X(Alternating, "alternating")
+#define MPX_EARLY_STOP_MONITORS(X) X(None, "none") X(ValLoss, "val_loss") X(ValAccuracy, "val_accuracy")
 // clang-format on
 
 MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
@@ -95,6 +96,7 @@ MPX_DEFINE_ENUM(CpuWinograd, MPX_CPU_WINOGRAD)
 MPX_DEFINE_ENUM(PadMode, MPX_PAD_MODES)
 /// data.augment.flip_mode: a fresh coin every epoch, or each image's first coin alternated.
 MPX_DEFINE_ENUM(FlipMode, MPX_FLIP_MODES)
+MPX_DEFINE_ENUM(EarlyStopMonitor, MPX_EARLY_STOP_MONITORS)
 
 /// The config spelling of `e` ("conv2d", "mixed_float16", ...).
 template <class E>

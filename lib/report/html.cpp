@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -70,7 +72,17 @@ std::string charts(const std::vector<const RunData*>& runs, const std::vector<st
   for (const Curve& c : kCurves) {
     std::vector<ChartSeries> ss;
     for (size_t i = 0; i < runs.size(); ++i) ss.push_back(series_of(*runs[i], c, colors[i]));
-    o += svg_chart({c.id, c.title, "step", c.log_y}, ss);
+    ChartSpec spec{c.id, c.title, "step", c.log_y};
+    // A loss that spans two decades or more (a blow-up, or a loss far below its start) is drawn
+    // on a base-10 logarithmic axis, where every part of the curve shows.
+    if (std::string(c.key).find("loss") != std::string::npos && !c.log_y) {
+      double lo = std::numeric_limits<double>::infinity(), hi = 0;
+      for (const auto& s : ss)
+        for (const auto& p : s.points)
+          if (std::isfinite(p.second) && p.second > 0) lo = std::min(lo, p.second), hi = std::max(hi, p.second);
+      spec.log10_y = hi > 0 && hi / lo >= 100.0;
+    }
+    o += svg_chart(spec, ss);
   }
   return o + "</div>\n";
 }
@@ -122,6 +134,65 @@ std::string summary_list(const RunData& r) {
   return o + "</dl>\n";
 }
 
+/// summary.json's confusion matrix as a table: rows the true class, columns the predicted
+/// one, each cell shaded by its share of its row, the per-class accuracy at the end of the
+/// row; "" when the run has none.
+std::string confusion_table(const RunData& r) {
+  const auto it = r.summary.find("confusion_matrix");
+  if (it == r.summary.end() || !it->is_array() || it->empty()) return "";
+  const json& m = *it;
+  const size_t K = m.size();
+  for (const json& row : m)
+    if (!row.is_array() || row.size() != K) return "";  // not a square matrix: not drawn
+  std::string o = "<figure class=\"confusion\"><figcaption>Confusion matrix (test set, last evaluation): rows the "
+                  "true class, columns the predicted class</figcaption>\n<table class=\"confusion\"><thead><tr>"
+                  "<th>true / predicted</th>";
+  for (size_t p = 0; p < K; ++p) o += fmt::format("<th>{}</th>", p);
+  o += "<th>accuracy</th></tr></thead><tbody>\n";
+  for (size_t t = 0; t < K; ++t) {
+    double sum = 0;
+    for (const json& v : m[t]) sum += v.is_number() ? v.get<double>() : 0.0;
+    o += fmt::format("<tr><th>{}</th>", t);
+    for (size_t p = 0; p < K; ++p) {
+      const double v = m[t][p].is_number() ? m[t][p].get<double>() : 0.0;
+      const double share = sum > 0 ? v / sum : 0.0;
+      // Blue for the diagonal (right), red elsewhere (wrong), darker for a larger share.
+      const char* hue = t == p ? "33,102,172" : "178,24,43";
+      o += fmt::format("<td data-v=\"{}\" style=\"background:rgba({},{:.3f})\">{}</td>", m[t][p].dump(), hue,
+                       share, m[t][p].dump());
+    }
+    o += fmt::format("<td class=\"acc\">{}</td></tr>\n",
+                     sum > 0 ? fmt::format("{:.4f}", m[t][t].is_number() ? m[t][t].get<double>() / sum : 0.0)
+                             : std::string("–"));
+  }
+  return o + "</tbody></table></figure>\n";
+}
+
+/// `mpx compare --report`: the figures the command prints, against the float32 run.
+std::string comparison_table(const json& rows) {
+  if (!rows.is_array() || rows.empty()) return "";
+  const auto cell = [](const json& row, const char* key, const char* pattern) -> std::string {
+    const auto it = row.find(key);
+    if (it == row.end() || !it->is_number()) return "–";
+    return fmt::format(fmt::runtime(pattern), it->get<double>());
+  };
+  std::string o = "<section id=\"comparison\"><h2>Comparison against float32</h2>\n<table class=\"runs compare\">"
+                  "<thead><tr><th>policy</th><th>status</th><th>test acc</th><th>gap pts</th><th>images/s</th>"
+                  "<th>speed-up</th><th>activation saving</th><th>peak memory</th></tr></thead><tbody>\n";
+  for (const json& r : rows) {
+    const std::string peak = r.contains("peak_memory_bytes") && r["peak_memory_bytes"].is_number_unsigned()
+                                 ? format_bytes(r["peak_memory_bytes"].get<size_t>())
+                                 : "–";
+    o += fmt::format("<tr data-policy=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td data-key=\"gap\">{}</td><td>{}</td>"
+                     "<td data-key=\"speedup\">{}</td><td data-key=\"saving\">{}</td><td>{}</td></tr>\n",
+                     html_escape(r.value("policy", "")), html_escape(r.value("policy", "")),
+                     html_escape(r.value("status", "")), cell(r, "test_accuracy", "{:.4f}"),
+                     cell(r, "accuracy_gap_points", "{:+.2f}"), cell(r, "images_per_sec", "{:.1f}"),
+                     cell(r, "speedup", "{:.2f}x"), cell(r, "activation_saving_percent", "{:.0f}%"), peak);
+  }
+  return o + "</tbody></table></section>\n";
+}
+
 std::string runs_table(const std::vector<RunData>& runs) {
   const Table t = run_table(runs);
   std::string o = "<div class=\"table-wrap\"><table class=\"runs sortable\"><thead><tr>";
@@ -161,9 +232,12 @@ dl.summary dt{font-size:12px;color:#666}dl.summary dd{margin:0}
 .status{font-weight:600}.status.completed{color:#1a7f37}
 .status.diverged,.status.failed,.status.unreadable{color:#c00}
 .status.interrupted,.status.running,.status.incomplete{color:#b36b00}
-.legend span{margin-right:14px}
+.legend span{margin-right:14px;white-space:nowrap}
+h2,table.runs td:first-child,table.runs td:first-child a{white-space:nowrap}
 .swatch{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
 .message{white-space:pre-wrap;background:#fff4f4;padding:4px 8px}pre{background:#f6f6f8;padding:8px;overflow:auto}
+figure.confusion{margin:12px 0}table.confusion{border-collapse:collapse;font-size:12px}
+table.confusion th,table.confusion td{border:1px solid #ccc;padding:2px 6px;text-align:right}
 )";
 
 // Sorting the table by a column (numbers as numbers), and the self-check the browser test
@@ -230,6 +304,7 @@ std::string render_html(const Loaded& loaded, const std::string& title) {
     o += "</ul>\n";
   }
   if (runs.empty()) return o + "</body></html>\n";
+  o += comparison_table(loaded.comparison);
   o += "<section id=\"table\"><h2>Runs</h2>\n" + runs_table(runs) + "</section>\n";
   std::string legend = "<p class=\"legend\">";
   for (size_t i = 0; i < runs.size(); ++i)
@@ -248,7 +323,7 @@ std::string render_html(const Loaded& loaded, const std::string& title) {
                      i, html_escape(r.name), html_escape(r.status), html_escape(r.name), html_escape(r.status),
                      html_escape(r.status));
     if (!r.message.empty()) o += "<p class=\"message\">" + html_escape(r.message) + "</p>\n";
-    o += summary_list(r) + charts({&r}, {colors[i]});
+    o += summary_list(r) + charts({&r}, {colors[i]}) + confusion_table(r);
     o += "<details><summary>Resolved config (config.yaml)</summary><pre class=\"config\">" +
          html_escape(r.config_text.empty() ? "(no config.yaml)" : r.config_text) + "</pre></details>\n</section>\n";
   }

@@ -45,6 +45,9 @@ struct NotARun {
 struct Loaded {
   std::vector<RunData> runs;
   std::vector<NotARun> not_runs;
+  /// `mpx compare --report`: compare.json's rows (policy, accuracy gap, speed-up, memory
+  /// saving against float32), shown as the page's first table; null otherwise.
+  nlohmann::json comparison;
 };
 
 /**

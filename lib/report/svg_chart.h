@@ -15,7 +15,7 @@ struct ChartSeries {
   std::string run;    // the run's label (data-run)
   std::string color;  // CSS colour
   std::vector<Point> points;
-  std::vector<Point> marks;             // drawn as red crosses (skipped steps)
+  std::vector<Point> marks;             // drawn as black crosses (skipped steps): no run has black
   std::vector<std::string> mark_notes;  // a tooltip per mark
 };
 
@@ -23,6 +23,7 @@ struct ChartSpec {
   std::string curve;  // id: train_loss, test_accuracy, loss_scale... (data-curve)
   std::string title, x_label;
   bool log_y = false;  // base-2 logarithmic y axis (the loss scale)
+  bool log10_y = false;  // base-10 logarithmic y axis (a loss that spans decades); ticks 0.01, 1, 100
 };
 
 /// `<figure class="chart" data-curve=...>` holding the SVG; every series is a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/format.h"
 
 using nlohmann::json;
@@ -57,10 +58,80 @@ std::string raw_text(const json& v) {
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// The YAML text of a config value as JSON: a number or a boolean where it is one.
+json config_json(const std::string& text) {
+  if (text.empty()) return text;
+  const bool numeric = text.find_first_not_of("0123456789+-.eE") == std::string::npos;
+  if (numeric || text == "true" || text == "false") {
+    const json j = json::parse(text, nullptr, false);
+    if (!j.is_discarded() && (j.is_number() || j.is_boolean())) return j;
+  }
+  return text;
+}
+
+/// Characters on screen (UTF-8 code points), for the aligned text form.
+size_t width(const std::string& s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char ch) { return (ch & 0xC0) != 0x80; }));
+}
+
+size_t column_index(const Table& t, const std::string& key) {
+  for (size_t j = 0; j < t.columns.size(); ++j)
+    if (t.columns[j].key == key) return j;
+  std::string known;
+  for (const auto& c : t.columns) known += (known.empty() ? "" : ", ") + c.key;
+  throw ConfigError(fmt::format("no column '{}' in the table of these runs; the columns are: {}", key, known));
+}
+
+std::string hidden_note(const Table& t) {
+  if (t.hidden.empty()) return "";
+  return fmt::format("({} more config key{} differ{}: {}; --columns KEY,... shows them)\n", t.hidden.size(),
+                     t.hidden.size() == 1 ? "" : "s", t.hidden.size() == 1 ? "s" : "", fmt::join(t.hidden, ", "));
+}
+
 }  // namespace
 
+void cap_config_columns(Table& t, size_t max) {
+  size_t kept = 0;
+  for (size_t j = 0; j < t.columns.size();) {
+    if (t.columns[j].config && kept++ >= max) {
+      t.hidden.push_back(t.columns[j].key);
+      t.columns.erase(t.columns.begin() + static_cast<std::ptrdiff_t>(j));
+      for (auto& row : t.rows) row.erase(row.begin() + static_cast<std::ptrdiff_t>(j));
+    } else {
+      ++j;
+    }
+  }
+}
+
+void select_columns(Table& t, const std::vector<std::string>& keys) {
+  std::vector<size_t> pick = {column_index(t, "run")};
+  for (const auto& k : keys)
+    if (k != "run") pick.push_back(column_index(t, k));
+  Table out;
+  for (size_t j : pick) out.columns.push_back(t.columns[j]);
+  for (const auto& row : t.rows) {
+    std::vector<json> r;
+    for (size_t j : pick) r.push_back(row[j]);
+    out.rows.push_back(std::move(r));
+  }
+  t = std::move(out);
+}
+
+void sort_rows(Table& t, const std::string& key, bool descending) {
+  const size_t j = column_index(t, key);
+  std::stable_sort(t.rows.begin(), t.rows.end(), [&](const std::vector<json>& a, const std::vector<json>& b) {
+    const json &x = a[j], &y = b[j];
+    if (x.is_null() || y.is_null()) return !x.is_null() && y.is_null();  // null last either way
+    if (x.is_number() && y.is_number())
+      return descending ? x.get<double>() > y.get<double>() : x.get<double>() < y.get<double>();
+    const std::string sx = x.is_string() ? x.get<std::string>() : x.dump();
+    const std::string sy = y.is_string() ? y.get<std::string>() : y.dump();
+    return descending ? sx > sy : sx < sy;
+  });
+}
+
 std::string cell_text(const Column& c, const json& v) {
-  if (v.is_null()) return "-";
+  if (v.is_null()) return "–";
   if (v.is_string()) return v.get<std::string>();
   if (c.key == "peak_memory_bytes" && v.is_number_unsigned()) return format_bytes(v.get<size_t>());
   if (v.is_number_float()) {
@@ -90,7 +161,7 @@ Table run_table(const std::vector<RunData>& runs) {
       else if (c.key == "message") row.emplace_back(r.message);
       else if (c.config) {
         const std::string v = config_value(r, c.key);
-        row.emplace_back(v.empty() && r.config.empty() ? json(nullptr) : json(v));
+        row.push_back(v.empty() && r.config.empty() ? json(nullptr) : config_json(v));
       } else {
         const auto it = r.summary.find(c.key);
         row.push_back(it == r.summary.end() ? json(nullptr) : *it);
@@ -126,7 +197,7 @@ std::string format_table(const Table& t, TableFormat f) {
   }
   if (f == TableFormat::Markdown) {
     out += "|";
-    for (const auto& c : t.columns) out += " " + md_field(c.key) + " |";
+    for (const auto& c : t.columns) out += " " + md_field(c.title) + " |";
     out += "\n|";
     for (size_t j = 0; j < nc; ++j) out += " --- |";
     out += "\n";
@@ -135,17 +206,18 @@ std::string format_table(const Table& t, TableFormat f) {
       for (size_t j = 0; j < nc; ++j) out += " " + md_field(cell_text(t.columns[j], row[j])) + " |";
       out += "\n";
     }
-    return out;
+    const std::string note = hidden_note(t);
+    return note.empty() ? out : out + "\n" + note;
   }
   // Text: aligned columns; the message last, unpadded.
   std::vector<size_t> w(nc);
   std::vector<std::vector<std::string>> cells;
-  for (size_t j = 0; j < nc; ++j) w[j] = t.columns[j].title.size();
+  for (size_t j = 0; j < nc; ++j) w[j] = width(t.columns[j].title);
   for (const auto& row : t.rows) {
     std::vector<std::string> c;
     for (size_t j = 0; j < nc; ++j) {
       c.push_back(md_field(cell_text(t.columns[j], row[j])));
-      w[j] = std::max(w[j], c.back().size());
+      w[j] = std::max(w[j], width(c.back()));
     }
     cells.push_back(std::move(c));
   }
@@ -153,7 +225,7 @@ std::string format_table(const Table& t, TableFormat f) {
     std::string l;
     for (size_t j = 0; j < nc; ++j) {
       const bool last = j + 1 == nc;
-      l += last ? c[j] : fmt::format("{:<{}}  ", c[j], w[j]);
+      l += last ? c[j] : c[j] + std::string(w[j] - width(c[j]) + 2, ' ');
     }
     while (!l.empty() && l.back() == ' ') l.pop_back();
     return l + "\n";
@@ -162,7 +234,7 @@ std::string format_table(const Table& t, TableFormat f) {
   for (const auto& c : t.columns) head.push_back(c.title);
   out += line(head);
   for (const auto& c : cells) out += line(c);
-  return out;
+  return out + hidden_note(t);
 }
 
 }  // namespace mpx::report

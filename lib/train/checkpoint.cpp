@@ -89,6 +89,13 @@ json header_to_json(const CheckpointHeader& h) {
   j["wall_seconds"] = h.wall_seconds;
   j["final_train_loss"] = finite_or_null(h.final_train_loss);
   j["final_train_accuracy"] = h.final_train_accuracy;
+  j["start_loss"] = finite_or_null(h.start_loss);
+  j["validation"] = {{"best_accuracy", h.best_val_accuracy},    {"last_accuracy", h.last_val_accuracy},
+                     {"last_loss", finite_or_null(h.last_val_loss)}, {"es_best", finite_or_null(h.es_best)},
+                     {"es_has_best", h.es_has_best},             {"es_wait", h.es_wait},
+                     {"early_stopped", h.early_stopped},         {"stopped_early_epoch", h.stopped_early_epoch}};
+  j["plateau_guard"] = {{"best_epoch_train_loss", finite_or_null(h.best_epoch_train_loss)},
+                        {"epochs_without_improvement", h.epochs_without_improvement}};
   j["params"] = h.params;
   return j;
 }
@@ -132,6 +139,25 @@ CheckpointHeader header_from_json(const json& j) {
   h.wall_seconds = j.at("wall_seconds").get<double>();
   h.final_train_loss = number_or_inf(j.at("final_train_loss"));
   h.final_train_accuracy = j.at("final_train_accuracy").get<double>();
+  if (j.contains("start_loss") && j.at("start_loss").is_number()) h.start_loss = j.at("start_loss").get<double>();
+  if (j.contains("validation") && j.at("validation").is_object()) {
+    const json& v = j.at("validation");
+    const auto num = [&](const char* k) { return v.contains(k) && v.at(k).is_number() ? v.at(k).get<double>() : 0.0; };
+    h.best_val_accuracy = num("best_accuracy");
+    h.last_val_accuracy = num("last_accuracy");
+    h.last_val_loss = num("last_loss");
+    h.es_best = num("es_best");
+    h.es_wait = static_cast<int64_t>(num("es_wait"));
+    h.stopped_early_epoch = static_cast<int64_t>(num("stopped_early_epoch"));
+    h.es_has_best = v.value("es_has_best", false);
+    h.early_stopped = v.value("early_stopped", false);
+  }
+  if (j.contains("plateau_guard") && j.at("plateau_guard").is_object()) {
+    const json& g = j.at("plateau_guard");
+    if (g.contains("best_epoch_train_loss") && g.at("best_epoch_train_loss").is_number())
+      h.best_epoch_train_loss = g.at("best_epoch_train_loss").get<double>();
+    h.epochs_without_improvement = g.value("epochs_without_improvement", int64_t{0});
+  }
   return h;
 }
 
@@ -322,7 +348,8 @@ std::string resolve_checkpoint_path(const std::string& arg) {
   if (fs::is_directory(p, ec)) {
     if (fs::is_regular_file(p / "checkpoints" / "last.ckpt", ec)) return (p / "checkpoints" / "last.ckpt").string();
     if (fs::is_regular_file(p / "last.ckpt", ec)) return (p / "last.ckpt").string();
-    throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory?)");
+    throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory? "
+                      "one killed before its first checkpoint starts again with --run-dir " + arg + " --overwrite)");
   }
   struct stat st {};
   if (::stat(arg.c_str(), &st) == 0)  // exists, but is neither: a FIFO, a device (never opened)

@@ -49,6 +49,13 @@ struct CheckpointHeader {
   int64_t epoch_correct = 0, epoch_count = 0, epoch_skipped = 0;
   double wall_seconds = 0;      // training time before this checkpoint
   double final_train_loss = 0, final_train_accuracy = 0;
+  double start_loss = 0;  // TrainState::start_loss (absent in older files: 0, taken again)
+  // TrainState's validation and early-stopping fields (absent in older files: 0 / false).
+  double best_val_accuracy = 0, last_val_accuracy = 0, last_val_loss = 0, es_best = 0;
+  int64_t es_wait = 0, stopped_early_epoch = 0;
+  bool es_has_best = false, early_stopped = false;
+  double best_epoch_train_loss = 0;  // train.divergence_patience (absent in older files: 0)
+  int64_t epochs_without_improvement = 0;
   /// The model's parameters as "layer/name [shape]", in arena order (absent in older files:
   /// empty). --resume compares it with the model of the config (train_state.h).
   std::vector<std::string> params;

@@ -31,7 +31,7 @@ ResolvedDevice resolve_device(const std::string& device) {
 #endif
   }
   if (device == "cuda") return {"cuda:0", "device cuda: using cuda:0"};
-  return {device, "device " + device + " (set in the config)"};
+  return {device, "device " + device + " (from the config or --set)"};
 }
 
 Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
@@ -39,7 +39,7 @@ Policy resolve_policy(Policy p, const DeviceInfo& dev, std::string* reason) {
     if (reason) *reason = s;
   };
   if (p != Policy::Auto) {
-    say(fmt::format("policy {} (set in the config)", policy_name(p)));
+    say(fmt::format("policy {} (from the config or --set)", policy_name(p)));
     return p;
   }
   if (dev.known_gpu()) {

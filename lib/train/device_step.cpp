@@ -136,12 +136,13 @@ class DeviceStepper final : public Stepper {
           "training diverged: the loss was non-finite at {} of the steps {}..{} under policy float32 (train.sync "
           "log reads the loss every log_every steps; train.sync: step stops at the first such step and names the "
           "first non-finite layer). {}",
-          nonfinite, first, last, kTryText));
+          nonfinite, first, last, divergence_advice(Policy::Float32, p_.cfg.loss_scale.mode)));
     const int64_t max_skips = p_.cfg.loss_scale.max_consecutive_skips;
     if (max_skips > 0 && max_run >= max_skips)
       throw DivergedError(fmt::format(
           "training diverged: {} consecutive steps were skipped (in steps {}..{}; last reason: {}, loss scale {}). {}",
-          max_run, first, last, skip_reason_name(hs.last_skip_reason), format_scale(hs.scale), kTryText));
+          max_run, first, last, skip_reason_name(hs.last_skip_reason), format_scale(hs.scale),
+          divergence_advice(p_.policy, p_.cfg.loss_scale.mode)));
     return o;
   }
 

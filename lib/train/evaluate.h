@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -20,6 +21,12 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
   int64_t count = 0;
   std::string policy;
+  /// confusion[t * num_classes + p]: records of true class t predicted as p (the argmax of
+  /// the logits, the first one on ties).
+  int num_classes = 0;
+  std::vector<int64_t> confusion;
+  /// Per class: the diagonal over the row sum (NaN for a class with no record).
+  std::vector<double> per_class_accuracy() const;
 };
 
 /// Called after each batch with the records done and the records of this rank's slice.

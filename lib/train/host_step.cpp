@@ -16,10 +16,6 @@
 
 namespace mpx {
 
-const char* const kTryText =
-    "Try a lower optimizer.learning_rate, loss_scale.mode: dynamic, policy: mixed_bfloat16 or float32, and "
-    "debug.check_numerics: true to find the first non-finite layer on every step";
-
 std::atomic<bool>& stop_requested() {
   static std::atomic<bool> flag{false};
   return flag;
@@ -72,7 +68,7 @@ class HostStepper final : public Stepper {
             world_ > 1 ? fmt::format(" (summed over the {} ranks)", world_) : std::string(),
             forward_where.empty() ? "every layer output was finite, the loss itself overflowed"
                                   : "first non-finite output: layer " + forward_where,
-            kTryText));
+            divergence_advice(Policy::Float32, p_.cfg.loss_scale.mode)));
       }
       o.reason = forward_bad ? SkipReason::NonfiniteForward : SkipReason::NonfiniteLoss;
     } else {

@@ -85,13 +85,22 @@ bool LossScaler::update(bool finite, SkipReason reason, const std::function<std:
   if (cfg_.max_consecutive_skips > 0 && st_.consecutive_skips >= cfg_.max_consecutive_skips) {
     std::string where = diagnose ? diagnose() : std::string();
     throw DivergedError(fmt::format(
-        "training diverged: {} consecutive steps were skipped (last reason: {}, loss scale {} mode {}){}. "
-        "Try a lower optimizer.learning_rate, loss_scale.mode: dynamic, policy: mixed_bfloat16 or float32, "
-        "and debug.check_numerics: true to find the first non-finite layer on every step",
+        "training diverged: {} consecutive steps were skipped (last reason: {}, loss scale {} mode {}){}. {}",
         st_.consecutive_skips, skip_reason_name(st_.last_skip_reason), format_scale(st_.scale),
-        mode_name(mode_), where.empty() ? std::string() : "; " + where));
+        mode_name(mode_), where.empty() ? std::string() : "; " + where, divergence_advice(Policy::Auto, mode_)));
   }
   return st_.scale != before;
+}
+
+std::string divergence_advice(Policy policy, LossScaleMode mode) {
+  std::string s = "Try a lower optimizer.learning_rate";
+  const bool fp16 = policy == Policy::MixedFloat16 || policy == Policy::Auto;
+  if (fp16 && mode != LossScaleMode::Dynamic) s += ", loss_scale.mode: dynamic";
+  if (policy == Policy::MixedFloat16) s += ", policy: mixed_bfloat16 or float32";
+  else if (policy == Policy::MixedBFloat16) s += ", policy: float32";
+  else if (policy == Policy::Auto) s += ", another policy (mixed_bfloat16 or float32)";
+  else s += ", a warm-up (schedule.warmup_epochs: 1)";
+  return s + ", and debug.check_numerics: true to find the first non-finite layer on every step";
 }
 
 }  // namespace mpx

@@ -19,6 +19,11 @@ const char* skip_reason_name(SkipReason r);
 /// Inverse of skip_reason_name (unknown text -> None).
 SkipReason parse_skip_reason(const std::string& s);
 
+/// What to try when training diverges under `policy` with loss scaling `mode`: only what
+/// would change something ("loss_scale.mode: dynamic" only where it is not already dynamic).
+/// Policy::Auto: the policy is not known to the caller.
+std::string divergence_advice(Policy policy, LossScaleMode mode);
+
 /// The part of the scaler that is training state (saved in checkpoints).
 struct LossScalerState {
   double scale = 1.0;

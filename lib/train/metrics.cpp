@@ -123,7 +123,37 @@ json to_json(const TrainResult& r) {
   j["memory"] = mem;
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["run_dir"] = r.run_dir;
+  add_class_results(j, r.num_classes, r.confusion);
+  if (r.validation_records > 0) {
+    j["validation_records"] = r.validation_records;
+    j["final_validation_loss"] = json_number(r.final_validation_loss);
+    j["final_validation_accuracy"] = json_number(r.final_validation_accuracy);
+    j["best_validation_accuracy"] = json_number(r.best_validation_accuracy);
+    j["stopped_early_epoch"] = r.stopped_early_epoch > 0 ? json(r.stopped_early_epoch) : json(nullptr);
+  }
   return j;
+}
+
+void add_class_results(json& j, int num_classes, const std::vector<int64_t>& confusion) {
+  const size_t K = num_classes > 0 ? static_cast<size_t>(num_classes) : 0;
+  if (K == 0 || confusion.size() != K * K) {
+    j["per_class_accuracy"] = nullptr;
+    j["confusion_matrix"] = nullptr;
+    return;
+  }
+  json acc = json::array(), rows = json::array();
+  for (size_t t = 0; t < K; ++t) {
+    json row = json::array();
+    int64_t sum = 0;
+    for (size_t p = 0; p < K; ++p) {
+      row.push_back(confusion[t * K + p]);
+      sum += confusion[t * K + p];
+    }
+    acc.push_back(sum > 0 ? json(static_cast<double>(confusion[t * K + t]) / static_cast<double>(sum)) : json(nullptr));
+    rows.push_back(std::move(row));
+  }
+  j["per_class_accuracy"] = std::move(acc);
+  j["confusion_matrix"] = std::move(rows);
 }
 
 void write_summary(const std::string& path, const TrainResult& r) {

@@ -49,4 +49,9 @@ void write_summary(const std::string& path, const TrainResult& r);
 /// A double that JSON can hold: itself, or null when inf/NaN.
 nlohmann::json json_number(double v);
 
+/// Sets j["per_class_accuracy"] (one number per class, null for a class without records)
+/// and j["confusion_matrix"] (rows: true class, columns: predicted class) from a K x K
+/// confusion matrix (EvalResult); both null when it is empty (docs/report.md).
+void add_class_results(nlohmann::json& j, int num_classes, const std::vector<int64_t>& confusion);
+
 }  // namespace mpx

@@ -17,6 +17,10 @@
 #include <filesystem>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
 #include "core/error.h"
 #include "core/input_file.h"
 
@@ -64,6 +68,164 @@ RunDirLock::RunDirLock(const std::string& dir) {
 
 RunDirLock::~RunDirLock() {
   if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+}
+
+namespace {
+
+/// ".<name>.tmp.<digits>": write_file_atomic's temporary name.
+bool is_temp_name(const std::string& name);
+
+/// The files mpx writes at the top of a run directory (folders: checkpoints, tensorboard).
+bool is_mpx_file_name(const std::string& name) {
+  static const char* const kFiles[] = {"config.yaml", "train.log", "metrics.jsonl", "summary.json", ".lock",
+                                       kRunDirMarker};
+  for (const char* f : kFiles)
+    if (name == f) return true;
+  return is_temp_name(name);
+}
+
+bool is_mpx_folder_name(const std::string& name) { return name == "checkpoints" || name == "tensorboard"; }
+
+bool is_empty_folder(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec) && fs::is_empty(p, ec) && !ec;
+}
+
+/// Entries of `dir` by name (sorted, so that "the first foreign entry" is always the same).
+std::vector<std::string> entry_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    names.push_back(it->path().filename().string());
+  if (ec) throw IoError("cannot list the run directory '" + dir.string() + "': " + ec.message());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string summary_status(const fs::path& dir) {
+  std::ifstream in(dir / "summary.json");
+  if (!in) return "";
+  try {
+    const auto j = nlohmann::json::parse(in);
+    if (j.is_object() && j.contains("status") && j["status"].is_string()) return j["status"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  return "unreadable";
+}
+
+}  // namespace
+
+RunDirInfo inspect_run_dir(const std::string& dir) {
+  RunDirInfo info;
+  const fs::path p(dir);
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec || st.type() == fs::file_type::not_found) return info;  // Absent
+  if (st.type() != fs::file_type::directory) {
+    info.kind = RunDirKind::NotAFolder;
+    return info;
+  }
+  const std::vector<std::string> names = entry_names(p);
+  const bool leftover_only = std::all_of(names.begin(), names.end(), [&](const std::string& n) {
+    return n == ".lock" || (n == "checkpoints" && is_empty_folder(p / n));
+  });
+  if (leftover_only) {
+    info.kind = RunDirKind::Empty;
+    return info;
+  }
+  const auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  const bool marked = has(kRunDirMarker) && fs::is_regular_file(p / kRunDirMarker, ec);
+  const bool older_run = has("config.yaml") && (has("summary.json") || has("metrics.jsonl") ||
+                                                (has("checkpoints") && fs::is_directory(p / "checkpoints", ec)));
+  if (marked || older_run) {
+    info.kind = RunDirKind::MpxRun;
+    info.status = summary_status(p);
+    return info;
+  }
+  info.kind = RunDirKind::Foreign;
+  for (const std::string& n : names) {
+    if (!is_mpx_file_name(n) && !is_mpx_folder_name(n)) {
+      info.foreign_entry = n;
+      break;
+    }
+  }
+  if (info.foreign_entry.empty()) info.foreign_entry = names.front();
+  return info;
+}
+
+namespace {
+
+/// Removes what mpx wrote in `dir` (a run directory): its files, the checkpoints and the
+/// TensorBoard event files; a folder is removed only when nothing else is left in it.
+void clear_mpx_files(const fs::path& dir) {
+  const auto remove_file = [](const fs::path& f) {
+    std::error_code ec;
+    if (!fs::remove(f, ec) && ec) throw IoError("cannot remove '" + f.string() + "' (--overwrite): " + ec.message());
+  };
+  const auto remove_if_empty = [](const fs::path& d) {
+    std::error_code ec;
+    if (is_empty_folder(d)) fs::remove(d, ec);
+  };
+  for (const std::string& n : entry_names(dir)) {
+    if (n == ".lock") continue;  // held by this process
+    std::error_code ec;
+    const fs::path p = dir / n;
+    if (is_mpx_file_name(n) && !fs::is_directory(fs::symlink_status(p, ec))) remove_file(p);
+  }
+  const fs::path ck = dir / "checkpoints";
+  if (fs::is_directory(fs::symlink_status(ck))) {
+    for (const std::string& n : entry_names(ck)) {
+      const bool ours = (n.size() > 5 && n.compare(n.size() - 5, 5, ".ckpt") == 0) || is_temp_name(n);
+      if (ours && fs::is_regular_file(fs::symlink_status(ck / n))) remove_file(ck / n);
+    }
+  }
+  const fs::path tb = dir / "tensorboard";
+  if (fs::is_directory(fs::symlink_status(tb))) {
+    for (const char* sub : {"train", "validation"}) {
+      const fs::path d = tb / sub;
+      if (!fs::is_directory(fs::symlink_status(d))) continue;
+      for (const std::string& n : entry_names(d))
+        if (n.rfind("events.out.tfevents.", 0) == 0 && fs::is_regular_file(fs::symlink_status(d / n)))
+          remove_file(d / n);
+      remove_if_empty(d);
+    }
+    remove_if_empty(tb);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<RunDirLock> open_run_dir(const std::string& dir, RunDirUse use) {
+  const RunDirInfo before = inspect_run_dir(dir);
+  if (before.kind == RunDirKind::Foreign)
+    throw ConfigError(fmt::format("the run directory '{}' is not empty and is not an mpx run directory (it holds "
+                                  "'{}'); mpx writes and clears only its own run directories, so it is left "
+                                  "untouched, also with --overwrite: give a new or empty --run-dir",
+                                  dir, before.foreign_entry));
+  create_run_dir(dir);  // exit 6 naming the path when it cannot be made (e.g. a file of that name)
+  auto lock = std::make_unique<RunDirLock>(dir);
+  if (before.kind == RunDirKind::MpxRun) {
+    if (use == RunDirUse::New) {
+      const std::string& s = before.status;
+      std::string what = "a run (summary.json status: " + s + ")";
+      if (s.empty()) what = "an unfinished run (no summary.json)";
+      else if (s == "completed" || s == "failed") what = "a " + s + " run";
+      else if (s == "interrupted") what = "an interrupted run";
+      else if (s == "diverged") what = "a run that diverged";
+      throw ConfigError(fmt::format("the run directory '{}' already holds {}: continue it with --resume {}, "
+                                    "replace it with --overwrite (removes the files mpx wrote there, "
+                                    "TensorBoard event files included), or give another --run-dir",
+                                    dir, what, dir));
+    }
+    if (use == RunDirUse::Overwrite) {
+      clear_mpx_files(dir);
+      create_run_dir(dir);
+      spdlog::info("--overwrite: removed the previous run's files from '{}'", dir);
+    }
+  }
+  const fs::path marker = fs::path(dir) / kRunDirMarker;
+  if (!fs::exists(marker)) write_file_atomic(marker.string(), "an mpx run directory (README, \"The run directory\")\n");
+  return lock;
 }
 
 namespace {

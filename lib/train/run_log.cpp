@@ -82,4 +82,8 @@ void RunLog::flush() {
   if (file_) file_->flush();
 }
 
+void RunLog::file_only(const std::string& line) {
+  if (file_) file_->write_info(line);
+}
+
 }  // namespace mpx

@@ -67,6 +67,8 @@ class RunLog {
   void clear_progress() { progress_.clear(); }
   /// One metrics.jsonl record as is (and its TensorBoard scalars).
   void record(const nlohmann::json& rec);
+  /// One info line for train.log only (the command prints its own result line on stdout).
+  void file_only(const std::string& line);
   void flush();
 
  private:

@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <numeric>
+#include <random>
 
 #include "backend/versions.h"
 #include "core/error.h"
@@ -34,6 +37,41 @@ void check_input_shape(const Config& cfg, const Dataset& ds) {
     throw ConfigError(fmt::format("model.input_shape [{}] does not match the data set {} ([{}, {}, {}])", got,
                                   cfg.data.dataset, ds.H, ds.W, ds.C));
   }
+}
+
+/// Moves data.validation_split's records (a fraction, or a count) of `train` to `val`: a seeded
+/// draw, each part keeping the records' order (docs/design.md, "Validation split").
+void split_validation(Dataset& train, Dataset& val, double split, uint64_t seed) {
+  const int64_t n = train.size();
+  if (split >= 1 && split != std::floor(split))
+    throw ConfigError(fmt::format("data.validation_split {}: a count of records must be a whole number (a "
+                                  "fraction is below 1)", split));
+  const int64_t k = split < 1 ? static_cast<int64_t>(std::llround(split * static_cast<double>(n)))
+                              : static_cast<int64_t>(split);
+  if (k < 1 || k >= n)
+    throw ConfigError(fmt::format("data.validation_split {} holds out {} of the {} training records; it must leave "
+                                  "at least one record for validation and one for training", split, k, n));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed ^ 0x76616c69646174ull);  // its own stream: shuffling and init are untouched
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng() % static_cast<uint64_t>(i + 1))]);
+  std::vector<char> held(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < k; ++i) held[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
+  Dataset rest;
+  for (Dataset* d : {&rest, &val}) {
+    d->name = train.name;
+    d->H = train.H, d->W = train.W, d->C = train.C;
+    d->num_classes = train.num_classes;
+  }
+  const size_t bytes = static_cast<size_t>(train.image_bytes());
+  for (int64_t i = 0; i < n; ++i) {
+    Dataset& d = held[static_cast<size_t>(i)] ? val : rest;
+    const auto* img = train.images.data() + static_cast<size_t>(i) * bytes;
+    d.images.insert(d.images.end(), img, img + bytes);
+    d.labels.push_back(train.labels[static_cast<size_t>(i)]);
+  }
+  train = std::move(rest);
 }
 
 }  // namespace
@@ -120,6 +158,7 @@ void Session::load_data(DataNeed need) {
         throw DataError("the test split's image shape differs from the training split's");
       has_train_ = true;
       set_shape(train_);
+      if (cfg_.data.validation_split > 0) split_validation(train_, validation_, cfg_.data.validation_split, cfg_.seed);
       return;
     case DataNeed::TrainIfPresent:
       try {

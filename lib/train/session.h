@@ -73,6 +73,10 @@ class Session {
 
   bool has_train() const { return has_train_; }
   const Dataset& train_data() const { return train_; }
+  /// The records data.validation_split held out of the training split (TrainAndTest only;
+  /// empty without a split).
+  const Dataset& validation_data() const { return validation_; }
+  bool has_validation() const { return validation_.size() > 0; }
   const Dataset& test_data() const { return test_; }
   const std::string& data_note() const { return data_note_; }
   int H() const { return H_; }
@@ -93,7 +97,7 @@ class Session {
   bool plan_only_ = false;
   std::string policy_reason_;
   bool auto_fell_back_ = false;
-  Dataset train_, test_;
+  Dataset train_, validation_, test_;
   bool has_train_ = false;
   std::string data_note_;
   int H_ = 0, W_ = 0, C_ = 0, K_ = 10;

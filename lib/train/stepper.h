@@ -85,8 +85,6 @@ std::unique_ptr<Stepper> make_device_stepper(const StepParts& p, std::string* wh
 /// the current step, saves `last`, writes summary.json and exits 130.
 std::atomic<bool>& stop_requested();
 
-/// The step's message on divergence: what to try.
-extern const char* const kTryText;
 
 /// @brief One model with its optimizer, loss scaler, batch buffers, gradient sync and stepper.
 class Engine {

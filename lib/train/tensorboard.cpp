@@ -54,14 +54,20 @@ void TensorBoardLog::record(const nlohmann::json& rec) {
                                {"epoch_loss_scale", value_of(rec, "loss_scale")},
                                {"epoch_skipped_steps", value_of(rec, "skipped_steps")},
                                {"epoch_images_per_sec", value_of(rec, "images_per_sec")}});
-    const auto acc = rec.find("test_accuracy");
+    // Keras' "validation" curves: the validation split's where data.validation_split holds one
+    // out, else the test split's (the evaluation that runs every eval_every epochs).
+    const auto va = rec.find("validation_accuracy");
+    const bool held_out = va != rec.end() && !va->is_null();
+    const char* loss_key = held_out ? "validation_loss" : "test_loss";
+    const char* acc_key = held_out ? "validation_accuracy" : "test_accuracy";
+    const auto acc = rec.find(acc_key);
     if (acc == rec.end() || acc->is_null()) return;  // not evaluated this epoch
     EventFileWriter& v = writer(validation_, "validation");
-    v.write_scalars(epoch, {{"epoch_loss", value_of(rec, "test_loss")},  //
-                            {"epoch_accuracy", value_of(rec, "test_accuracy")}});
+    v.write_scalars(epoch, {{"epoch_loss", value_of(rec, loss_key)},  //
+                            {"epoch_accuracy", value_of(rec, acc_key)}});
     // Keras' evaluation curves against the training step.
-    v.write_scalars(int_of(rec, "step"), {{"evaluation_loss_vs_iterations", value_of(rec, "test_loss")},
-                                          {"evaluation_accuracy_vs_iterations", value_of(rec, "test_accuracy")}});
+    v.write_scalars(int_of(rec, "step"), {{"evaluation_loss_vs_iterations", value_of(rec, loss_key)},
+                                          {"evaluation_accuracy_vs_iterations", value_of(rec, acc_key)}});
   }
 }
 

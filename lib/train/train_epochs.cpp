@@ -49,10 +49,18 @@ void TrainRun::log_step(double lr, int64_t epoch_images, double epoch_seconds) {
   if (!log_->progress_on()) return;  // no formatting on the step's path without a terminal
   const double l = st_.sums.count ? st_.sums.loss() : std::nan("");
   const double a = st_.sums.count ? st_.sums.accuracy() : std::nan("");
-  log_->progress(fmt::format("epoch {}/{} {}/{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s ETA {}",
-                             st_.epoch + 1, epochs, pos, steps_per_epoch_, l, a, lr, format_scale(scaler.scale()),
+  // The bar follows train.max_steps where it ends the run first, else the epoch.
+  const bool by_steps = max_steps > 0 && max_steps < epochs * steps_per_epoch_;
+  const int64_t done = by_steps ? st_.global_step : pos, whole = by_steps ? max_steps : steps_per_epoch_;
+  constexpr int kBar = 20;
+  const int filled = static_cast<int>(std::min<int64_t>(kBar, done * kBar / std::max<int64_t>(1, whole)));
+  const std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') + std::string(kBar - filled, '.') + "]";
+  const std::string where = by_steps ? fmt::format("step {}/{} {} epoch {}/{}", done, whole, bar, st_.epoch + 1, epochs)
+                                     : fmt::format("epoch {}/{} {} {}/{}", st_.epoch + 1, epochs, bar, done, whole);
+  log_->progress(fmt::format("{} loss {:.4f} acc {:.4f} lr {:.3g} scale {} {:.0f} img/s {:.1f} ms/step ETA {}", where,
+                             l, a, lr, format_scale(scaler.scale()),
                              epoch_seconds > 0 ? static_cast<double>(epoch_images) / epoch_seconds : 0.0,
-                             format_duration(eta)));
+                             avg_step * 1000.0, format_duration(eta)));
 }
 
 bool TrainRun::run_steps(int64_t& epoch_images, double& epoch_seconds) {
@@ -130,6 +138,7 @@ void TrainRun::run_epochs() {
     }
     st_.final_train_loss = result_.final_train_loss = st_.sums.loss();
     st_.final_train_accuracy = result_.final_train_accuracy = st_.sums.accuracy();
+    train_measured_ = train_measured_ || st_.sums.count > 0;
     if (!epoch_done) return;  // max_steps inside the epoch
     // A complete epoch, also when a stop arrived after its last step: its evaluation, metrics
     // record, best checkpoint and plateau step happen before stopping, so that the resumed run
@@ -161,8 +170,32 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
               {"last_skip_reason", skip_reason_name(scaler.state().last_skip_reason)},
               {"images_per_sec", epoch_seconds > 0 ? static_cast<double>(epoch_images) / epoch_seconds : 0.0},
               {"wall_seconds", st_.prior_wall_seconds + seconds_since(t_start_)}};
-  bool improved = false;
-  if (do_eval) {
+  bool improved = false, stop_early = false;
+  std::string eval_text;
+  const bool val = session_->has_validation();
+  if (do_eval && val) {
+    // The validation split chooses the best checkpoint, drives reduce_on_plateau and early
+    // stopping; the test split is evaluated once, at the end (finish()).
+    const EvalResult ev = evaluate(true);
+    const double best = st_.best_val_accuracy;
+    // best.ckpt: the best validation accuracy, or, with early stopping, the best of its monitored
+    // figure (the weights restore_best goes back to, as Keras' restore_best_weights).
+    bool monitor_improved = false;
+    stop_early = early_stop_after(ev, epoch, monitor_improved);
+    improved = c.train.early_stopping.monitor != EarlyStopMonitor::None
+                   ? monitor_improved
+                   : ev.accuracy > best || (best == 0 && !fs::exists(ckpt_dir_ + "/best.ckpt"));
+    st_.last_val_accuracy = result_.final_validation_accuracy = ev.accuracy;
+    st_.last_val_loss = result_.final_validation_loss = ev.loss;
+    st_.best_val_accuracy = result_.best_validation_accuracy = std::max(best, ev.accuracy);
+    rec["validation_loss"] = json_number(ev.loss);
+    rec["validation_accuracy"] = ev.accuracy;
+    if (sched_->on_eval(ev.loss))
+      spdlog::info("reduce_on_plateau: validation loss has not improved for {} evaluations; learning rate -> {:g}",
+                   c.schedule.patience, sched_->state().plateau_lr);
+    eval_text = fmt::format(", validation loss {:.4f} acc {:.4f} (best {:.4f}{})", ev.loss, ev.accuracy,
+                            st_.best_val_accuracy, c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "");
+  } else if (do_eval) {
     const EvalResult ev = evaluate();
     const double best = st_.best_test_accuracy;
     improved = ev.accuracy > best || (best == 0 && !fs::exists(ckpt_dir_ + "/best.ckpt"));
@@ -171,19 +204,20 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
     st_.best_test_accuracy = result_.best_test_accuracy = std::max(best, ev.accuracy);
     rec["test_loss"] = json_number(ev.loss);
     rec["test_accuracy"] = ev.accuracy;
+    test_measured_ = true;
+    result_.num_classes = ev.num_classes;
+    result_.confusion = ev.confusion;
     if (sched_->on_eval(ev.loss))
       spdlog::info("reduce_on_plateau: test loss has not improved for {} evaluations; learning rate -> {:g}",
                    c.schedule.patience, sched_->state().plateau_lr);
     evaluated_at_end_ = last_epoch;
+    eval_text = fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss, st_.last_test_accuracy,
+                            st_.best_test_accuracy, c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "");
   }
   const int64_t skipped = st_.sums.skipped;
   spdlog::info("epoch {}/{} done in {}: train loss {:.4f} acc {:.4f}{}; {:.0f} img/s, loss scale {}, {} skipped "
                "steps this epoch{}",
-               epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc,
-               do_eval ? fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss,
-                                     st_.last_test_accuracy, st_.best_test_accuracy,
-                                     c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "")
-                       : std::string(),
+               epoch, epochs, format_duration(seconds_since(t_epoch)), train_loss, train_acc, eval_text,
                rec["images_per_sec"].get<double>(), format_scale(scaler.scale()), skipped,
                skipped ? std::string(", last reason ") + skip_reason_name(scaler.state().last_skip_reason)
                        : std::string());
@@ -191,10 +225,58 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
   st_.sums = EpochSums{};
   st_.step_in_epoch = 0;
   if (improved) save("best.ckpt", epoch, 0);
-  const bool save_last = last_epoch || (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
+  if (stop_early) stop_kind_ = "early_stopped";
+  const bool save_last = last_epoch || stop_early ||
+                         (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
   if (save_last) save("last.ckpt", epoch, 0);
   log_->flush();
+  check_train_loss_plateau(train_loss, epoch);
   return save_last;
+}
+
+void TrainRun::check_train_loss_plateau(double train_loss, int64_t epoch) {
+  // train.divergence_patience (docs/precision.md, "When training stops"): the train loss, never
+  // a held-out split, so the check cannot leak test data into the choice.
+  const int64_t patience = cfg().train.divergence_patience;
+  if (patience <= 0 || !std::isfinite(train_loss)) return;
+  if (st_.best_epoch_train_loss <= 0 || train_loss < st_.best_epoch_train_loss) {
+    st_.best_epoch_train_loss = train_loss;
+    st_.epochs_without_improvement = 0;
+    return;
+  }
+  if (++st_.epochs_without_improvement < patience) return;
+  throw DivergedError(fmt::format(
+      "training diverged: the train loss has not improved on its best {:.4g} for {} epochs in a row (epoch {}: "
+      "{:.4g}; train.divergence_patience {}); try a lower optimizer.learning_rate (a tenth of {:g}) or a "
+      "schedule that lowers it (cosine, reduce_on_plateau); train.divergence_patience: 0 turns this check off",
+      st_.best_epoch_train_loss, st_.epochs_without_improvement, epoch, train_loss, patience,
+      cfg().optimizer.learning_rate));
+}
+
+bool TrainRun::early_stop_after(const EvalResult& val, int64_t epoch, bool& improved) {
+  // Keras EarlyStopping (2.x): every evaluation counts one more wait; an improvement by more
+  // than min_delta resets it; a wait of `patience` (at least one) on a non-improvement stops.
+  const EarlyStoppingConfig& es = cfg().train.early_stopping;
+  if (es.monitor == EarlyStopMonitor::None) return false;
+  const bool loss = es.monitor == EarlyStopMonitor::ValLoss;
+  const double current = loss ? val.loss : val.accuracy;
+  ++st_.es_wait;
+  const bool better = !st_.es_has_best || (loss ? current < st_.es_best - es.min_delta
+                                                 : current > st_.es_best + es.min_delta);
+  improved = better;
+  if (better) {
+    st_.es_best = current;
+    st_.es_has_best = true;
+    st_.es_wait = 0;
+    return false;
+  }
+  if (st_.es_wait < es.patience) return false;
+  st_.early_stopped = true;
+  st_.stopped_early_epoch = result_.stopped_early_epoch = epoch;
+  spdlog::info("early stopping: {} has not improved by more than {:g} for {} evaluation{} (best {:.4f}); stopping "
+               "after epoch {}",
+               enum_name(es.monitor), es.min_delta, st_.es_wait, st_.es_wait == 1 ? "" : "s", st_.es_best, epoch);
+  return true;
 }
 
 void TrainRun::finish() {
@@ -206,12 +288,25 @@ void TrainRun::finish() {
     spdlog::info("{}", result_.message);
     return;
   }
+  if (stop_kind_ == "early_stopped" && cfg().train.early_stopping.restore_best) {
+    const std::string best = ckpt_dir_ + "/best.ckpt";
+    all_ranks("restoring the best weights", [&] {
+      if (!fs::exists(best)) return;  // never improved on the first evaluation: nothing better to go back to
+      const Checkpoint ck = load_checkpoint(best);
+      restore_model(be(), engine_->model(), ck, best, cfg());
+      spdlog::info("early stopping: restored the weights of {} (epoch {}, the best validation evaluation)", best,
+                   ck.header.epoch);
+    });
+  }
   if (!evaluated_at_end_) {
     const EvalResult ev = evaluate();
     st_.last_test_accuracy = result_.final_test_accuracy = ev.accuracy;
     st_.last_test_loss = result_.final_test_loss = ev.loss;
     st_.best_test_accuracy = result_.best_test_accuracy = std::max(st_.best_test_accuracy, ev.accuracy);
     spdlog::info("final evaluation: test loss {:.4f} acc {:.4f}", ev.loss, ev.accuracy);
+    test_measured_ = true;
+    result_.num_classes = ev.num_classes;
+    result_.confusion = ev.confusion;
     if (stop_kind_ == "max_steps") {
       const LossScaler& scaler = engine_->scaler();
       log_->record({{"kind", "epoch"},
@@ -283,8 +378,17 @@ void TrainRun::finalize() {
     spdlog::error("{}", e.what());
   }
   if (rank0_) {
+    TrainResult written = result_;  // what was never measured is null (sanitize), not 0
+    const double unknown = std::nan("");
+    if (!test_measured_) {
+      written.final_test_accuracy = written.best_test_accuracy = written.final_test_loss = unknown;
+      written.confusion.clear();
+    }
+    if (!train_measured_) written.final_train_loss = written.final_train_accuracy = unknown;
+    if (run_images_ == 0) written.images_per_sec = unknown;
+    if (session_->has_validation()) written.best_test_accuracy = unknown;  // the test split is read once, at the end
     try {
-      write_summary((fs::path(run_dir_) / "summary.json").string(), result_);
+      write_summary((fs::path(run_dir_) / "summary.json").string(), written);
     } catch (const std::exception& e) {
       spdlog::error("cannot write summary.json: {}", e.what());
       if (result_.exit_code == kExitOk) {  // the run's record is lost: never report success
@@ -293,10 +397,12 @@ void TrainRun::finalize() {
       }
     }
   }
-  if (result_.status == "completed")
-    spdlog::info("completed: {} epoch{}, {} steps, test accuracy {:.4f} (best {:.4f}), {:.0f} img/s, {}",
-                 result_.epochs, result_.epochs == 1 ? "" : "s", result_.steps, result_.final_test_accuracy,
-                 result_.best_test_accuracy, result_.images_per_sec, format_duration(result_.wall_seconds));
+  if (result_.status == "completed")  // train.log only: `mpx train` prints its result line on stdout
+    log_->file_only(fmt::format("completed: {} steps ({} full epoch{}), test accuracy {:.4f} (best {:.4f}), "
+                                "{:.0f} img/s, {}",
+                                result_.steps, result_.epochs, result_.epochs == 1 ? "" : "s",
+                                result_.final_test_accuracy, result_.best_test_accuracy, result_.images_per_sec,
+                                format_duration(result_.wall_seconds)));
   try {
     log_->flush();
   } catch (const Error& e) {

@@ -34,6 +34,9 @@ class TrainRun {
                                     "ranks; use a multiple of {}",
                                     cfg.data.batch_size, world_, world_));
     local_batch_ = cfg.data.batch_size / world_;
+    if (cfg.train.early_stopping.monitor != EarlyStopMonitor::None && cfg.data.validation_split <= 0)
+      throw ConfigError("train.early_stopping watches the validation split, never the test set: set "
+                        "data.validation_split (e.g. 0.1), or train.early_stopping.monitor: none");
     session_ = std::make_unique<Session>(cfg);
   }
 
@@ -68,8 +71,17 @@ class TrainRun {
   Backend& be() const { return session_->backend(); }
   TrainedParts parts() { return {be(), engine_->model(), engine_->optimizer(), engine_->scaler(), *sched_}; }
   void save(const std::string& name, int64_t epoch, int64_t step);
-  EvalResult evaluate();
+  /// The test split, or with `validation` the held-out validation split.
+  EvalResult evaluate(bool validation = false);
+  /// train.early_stopping after a validation evaluation: true when it ends the run.
+  /// `improved`: the monitored figure improved (best.ckpt follows it).
+  bool early_stop_after(const EvalResult& val, int64_t epoch, bool& improved);
   void absorb(const StepOutcome& o);
+  /// Throws DivergedError when `loss` (a mean train loss just read back) is past
+  /// train.divergence_factor times the run's starting loss.
+  void check_loss_growth(double loss);
+  /// Throws DivergedError when the epoch train loss has not improved for train.divergence_patience epochs.
+  void check_train_loss_plateau(double train_loss, int64_t epoch);
   void log_step(double lr, int64_t epoch_images, double epoch_seconds);
 
   TrainOptions opts_;
@@ -101,6 +113,9 @@ class TrainRun {
   int64_t run_images_ = 0;
   std::string stop_kind_;  // "" | "interrupted" | "max_steps"
   bool evaluated_at_end_ = false;
+  // Whether the test figures and the train loss of result_ were measured (else summary.json
+  // has null for them, never a 0 that looks like a result).
+  bool test_measured_ = false, train_measured_ = false;
 };
 
 }  // namespace mpx::train_detail

@@ -33,6 +33,19 @@ struct TrainState {
   EpochSums sums;
   double prior_wall_seconds = 0;  // training time of the runs before this one
   double final_train_loss = 0, final_train_accuracy = 0;
+  /// The mean loss of the first steps read back (the first step where the host reads every
+  /// step), the reference of train.divergence_factor; 0 = not taken yet.
+  double start_loss = 0;
+  /// With data.validation_split: the validation figures, and train.early_stopping's best
+  /// monitored value, evaluations without improvement and whether it stopped the run.
+  double best_val_accuracy = 0, last_val_accuracy = 0, last_val_loss = 0;
+  double es_best = 0;
+  int64_t es_wait = 0;
+  bool es_has_best = false, early_stopped = false;
+  int64_t stopped_early_epoch = 0;
+  /// train.divergence_patience: the best epoch train loss so far and the epochs since.
+  double best_epoch_train_loss = 0;
+  int64_t epochs_without_improvement = 0;
 };
 
 /// What is trained: the parts a checkpoint holds beyond TrainState.

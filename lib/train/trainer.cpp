@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "config/config_diff.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "train/metrics.h"
@@ -49,6 +50,38 @@ std::string loss_scaling_text(const Config& cfg) {
   return fmt::format("loss scaling: {}{}", loss_scale_mode_name(ls.mode), detail);
 }
 
+/// `key` is `allowed` or lies under it ("train" allows "train.epochs", "model.layers[0]" its keys).
+bool key_allowed(const std::string& key, const std::string& allowed) {
+  if (key == allowed) return true;
+  return key.size() > allowed.size() && key.compare(0, allowed.size(), allowed) == 0 &&
+         (key[allowed.size()] == '.' || key[allowed.size()] == '[');
+}
+
+/// --resume: the config against the run's own config.yaml (README, "Resuming a run").
+void check_resume_config(const Config& cfg, const TrainOptions& opts) {
+  const Config saved = load_config(opts.resume_config);
+  std::vector<ConfigDifference> refused;
+  for (const ConfigDifference& d : config_differences(saved, cfg)) {
+    const bool allowed = std::any_of(opts.allow_changes.begin(), opts.allow_changes.end(),
+                                     [&](const std::string& a) { return key_allowed(d.key, a); });
+    if (resume_neutral_key(d.key) || allowed)
+      spdlog::info("resume: {} changes from {} to {}{}", d.key, d.a, d.b, allowed ? " (--allow-changes)" : "");
+    else
+      refused.push_back(d);
+  }
+  if (refused.empty()) return;
+  std::string list, keys;
+  for (const ConfigDifference& d : refused) {
+    list += fmt::format("{}{} ({} in the run, {} now)", list.empty() ? "" : ", ", d.key, d.a, d.b);
+    keys += " " + d.key;
+  }
+  throw ConfigError(fmt::format(
+      "--resume {}: the config differs from the run's own {} in {}; a resumed run continues the same run, so "
+      "these would change its result: leave out --config (and --set) to resume as the run was configured, or "
+      "accept the change with --allow-changes{}",
+      opts.resume, opts.resume_config, list, keys));
+}
+
 }  // namespace
 
 void TrainRun::start() {
@@ -73,6 +106,9 @@ void TrainRun::start() {
                                     "with the same number of ranks (mpirun -np {})",
                                     resume_path_, ws, ws == 1 ? "" : "s", world_, ws));
   });
+  if (!opts_.resume_config.empty()) all_ranks("checking the config against the run's", [&] {
+    check_resume_config(cfg(), opts_);
+  });
   // The run directory: --run-dir; else, when resuming from <run>/checkpoints/x.ckpt, that run's
   // directory (metrics.jsonl and train.log are appended to); else runs/<name>-<timestamp>.
   run_dir_ = opts_.run_dir;
@@ -84,8 +120,9 @@ void TrainRun::start() {
   append_ = resume_ && fs::exists(fs::path(run_dir_) / "metrics.jsonl");
   all_ranks("creating the run directory", [&] {
     if (!rank0_) return;  // only rank 0 writes the run directory
-    create_run_dir(run_dir_);
-    lock_ = std::make_unique<RunDirLock>(run_dir_);
+    // The run-directory rule (README, "The run directory"): new or empty folders are used, a
+    // foreign one is refused, a previous run only with --resume or --overwrite.
+    lock_ = open_run_dir(run_dir_, resume_ ? RunDirUse::Resume : opts_.overwrite ? RunDirUse::Overwrite : RunDirUse::New);
     for (const std::string& f : remove_orphan_temp_files(run_dir_))
       spdlog::info("removed '{}', left by a run that was killed while writing it", f);
   });
@@ -172,6 +209,15 @@ void TrainRun::restore_or_broadcast() {
               [&] { st_ = restore_checkpoint(*resume_, resume_path_, cfg(), steps_per_epoch_, parts()); });
     result_.final_train_loss = st_.final_train_loss;
     result_.final_train_accuracy = st_.final_train_accuracy;
+    // A checkpoint after steps has their train figures; one after an evaluation (a test
+    // loss is > 0) its test figures.
+    train_measured_ = st_.global_step > 0;
+    test_measured_ = st_.last_test_loss > 0;
+    result_.best_validation_accuracy = st_.best_val_accuracy;
+    result_.final_validation_accuracy = st_.last_val_accuracy;
+    result_.final_validation_loss = st_.last_val_loss;
+    result_.stopped_early_epoch = st_.stopped_early_epoch;
+    if (st_.early_stopped) stop_kind_ = "early_stopped";  // it ended there: only the final evaluation is left
     if (resume_->header.policy != policy_name(cfg().policy))
       spdlog::info("the checkpoint was written under policy {}, training continues under {}", resume_->header.policy,
                    policy_name(cfg().policy));
@@ -205,9 +251,18 @@ void TrainRun::log_plan() {
   result_.memory = model.memory_report();
   result_.optimizer_state_bytes = engine_->optimizer().state_bytes();
   spdlog::info("model:\n{}", model.summary_table());
-  spdlog::info("data: {} train {} records, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}",
-               c.data.dataset, train.size(), session_->test_data().size(), train.H, train.W, train.C,
-               c.data.batch_size, steps_per_epoch_, c.train.epochs, c.train.epochs == 1 ? "" : "s");
+  const bool stops_early = c.train.max_steps > 0 && c.train.max_steps < c.train.epochs * steps_per_epoch_;
+  result_.validation_records = session_->validation_data().size();
+  spdlog::info("data: {} train {} records{}, test {} records of {}x{}x{}; batch {}, {} steps/epoch, {} epoch{}{}",
+               c.data.dataset, train.size(),
+               session_->has_validation()
+                   ? fmt::format(" (validation: {} more held out, seed {}; the test split is read at the end only)",
+                                 session_->validation_data().size(), c.seed)
+                   : std::string(),
+               session_->test_data().size(), train.H, train.W, train.C,
+               c.data.batch_size, steps_per_epoch_, c.train.epochs, c.train.epochs == 1 ? "" : "s",
+               stops_early ? fmt::format("; stopping after {} steps (train.max_steps)", c.train.max_steps)
+                           : std::string());
   if (world_ > 1) {
     spdlog::info("data parallel: {} records per rank of each global batch of {}; one all-reduce ({}) of {} of "
                  "float32 gradients per step, still loss-scaled; batch-norm statistics stay per rank (rank 0's "
@@ -231,10 +286,14 @@ void TrainRun::save(const std::string& name, int64_t epoch, int64_t step) {
   const std::string path = ckpt_dir_ + "/" + name;
   const double wall = st_.prior_wall_seconds + seconds_since(t_start_);
   save_checkpoint(path, make_checkpoint(cfg(), {session_->device().device, world_}, st_, epoch, step, wall, parts()));
-  spdlog::info("saved {} (epoch {}, step {} of the epoch)", path, epoch, step);
+  // Epochs counted as the "epoch N/M done" lines count them (1-based).
+  if (step == 0)
+    spdlog::info("saved {} (after epoch {}, global step {})", path, epoch, st_.global_step);
+  else
+    spdlog::info("saved {} (in epoch {} after its step {}, global step {})", path, epoch + 1, step, st_.global_step);
 }
 
-EvalResult TrainRun::evaluate() {
+EvalResult TrainRun::evaluate(bool validation) {
   Model& model = engine_->model();
   Model* m = &model;
   if (eval_model_) {
@@ -243,7 +302,8 @@ EvalResult TrainRun::evaluate() {
     eval_model_->refresh_compute_copy();
     m = eval_model_.get();
   }
-  return evaluate_model(be(), *m, engine_->buffers(), session_->test_data(), &comm_);
+  return evaluate_model(be(), *m, engine_->buffers(), validation ? session_->validation_data() : session_->test_data(),
+                        &comm_);
 }
 
 void TrainRun::absorb(const StepOutcome& o) {
@@ -256,6 +316,25 @@ void TrainRun::absorb(const StepOutcome& o) {
   win_loss_ += o.loss_sum;
   win_correct_ += o.correct;
   win_count_ += o.counted;
+  check_loss_growth(o.loss_sum / static_cast<double>(o.counted));
+}
+
+void TrainRun::check_loss_growth(double loss) {
+  // A finite loss that has grown far past where the run started is a blow-up under any policy
+  // (a non-finite one is caught by the step itself): docs/precision.md, "When training stops".
+  if (!std::isfinite(loss)) return;
+  if (st_.start_loss <= 0) {
+    st_.start_loss = loss;
+    return;
+  }
+  const double factor = cfg().train.divergence_factor;
+  if (factor <= 0 || loss <= factor * st_.start_loss) return;
+  result_.steps = st_.global_step;
+  throw DivergedError(fmt::format(
+      "training diverged: the train loss reached {:.4g} after {} steps under policy {}, more than {:g} times "
+      "its starting value {:.4g} (train.divergence_factor); try a lower optimizer.learning_rate (a tenth of "
+      "{:g}) or a warm-up (schedule.warmup_epochs: 1); train.divergence_factor: 0 turns this check off",
+      loss, st_.global_step, policy_name(cfg().policy), factor, st_.start_loss, cfg().optimizer.learning_rate));
 }
 
 TrainResult TrainRun::run() {
@@ -281,5 +360,23 @@ TrainResult TrainRun::run() {
 }  // namespace train_detail
 
 TrainResult train(const Config& cfg, const TrainOptions& opts) { return train_detail::TrainRun(cfg, opts).run(); }
+
+bool resume_neutral_key(const std::string& key) {
+  static const char* const kNeutral[] = {"name",           "train.log_every", "train.checkpoint_every",
+                                         "train.tensorboard", "train.max_steps", "debug.check_numerics"};
+  return std::any_of(std::begin(kNeutral), std::end(kNeutral), [&](const char* k) { return key == k; });
+}
+
+std::string resume_run_dir(const std::string& resume) {
+  std::error_code ec;
+  fs::path p(resume);
+  if (!fs::is_directory(p, ec)) {
+    p = p.parent_path();
+    if (p.filename() != "checkpoints") return "";
+  }
+  if (p.filename() == "checkpoints" || (p.filename().empty() && p.parent_path().filename() == "checkpoints"))
+    p = (p.filename().empty() ? p.parent_path() : p).parent_path();
+  return p.empty() ? "." : p.string();
+}
 
 }  // namespace mpx

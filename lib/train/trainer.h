@@ -27,6 +27,11 @@ struct TrainOptions {
   std::string run_dir;  // "" = runs/<name>-<timestamp>
   std::string resume;   // "" or a run directory or checkpoint file
   bool progress = true; // live progress line when stderr is a terminal
+  bool overwrite = false; // --overwrite: a run directory holding a previous run is cleared first
+  /// --resume: the run's own config.yaml, which the config must match but for the keys that
+  /// cannot change the result (resume_neutral_key) and those in allow_changes ("" = no check).
+  std::string resume_config;
+  std::vector<std::string> allow_changes;  // --allow-changes: keys (or sections) that may differ
 };
 
 /// @brief The record of a run (summary.json has exactly these fields).
@@ -46,6 +51,14 @@ struct TrainResult {
   MemoryReport memory;
   size_t optimizer_state_bytes = 0;
   std::string run_dir;
+  /// The last test evaluation's confusion matrix (EvalResult); empty when none ran.
+  int num_classes = 0;
+  std::vector<int64_t> confusion;
+  /// data.validation_split: the records held out (0 = none) and the validation figures;
+  /// train.early_stopping: the epoch it stopped the run after (0 = it did not).
+  int64_t validation_records = 0;
+  double final_validation_loss = 0, final_validation_accuracy = 0, best_validation_accuracy = 0;
+  int64_t stopped_early_epoch = 0;
 };
 
 /**
@@ -66,5 +79,13 @@ struct TrainResult {
  * A checkpoint that does not fit the model (exit 2) is recorded in the result.
  */
 TrainResult train(const Config& cfg, const TrainOptions& opts);
+
+/// Keys a resumed run may change without changing its result: log cadence, checkpoint
+/// cadence, TensorBoard output, the numerics check, the run name, where it stops (train.max_steps).
+bool resume_neutral_key(const std::string& key);
+
+/// The run directory a --resume argument belongs to: the folder itself, or the run above a
+/// checkpoints/ folder or a checkpoint file in one ("" for a file elsewhere).
+std::string resume_run_dir(const std::string& resume);
 
 }  // namespace mpx
