@@ -425,6 +425,38 @@ TEST_CASE("same seed gives the same init; forward is deterministic", "[nn][deter
   CHECK(t1 == t2);
 }
 
+TEST_CASE("dirac initialization: the first min(K, C) filters are the identity, the rest glorot",
+          "[nn][init]") {
+  auto be = create_backend("cpu");
+  auto layers = [](KernelInit init, int64_t filters) {
+    LayerConfig conv = conv_layer(filters, 3, 1, Padding::Same);
+    conv.kernel_initializer = init;
+    return std::vector<LayerConfig>{conv, make_layer(LayerType::GlobalAvgPool), dense_layer(10)};
+  };
+  for (int64_t K : {5, 2}) {
+    Model d(model_config(layers(KernelInit::Dirac, K)), Policy::Float32, *be, 8, 8, 3, 10, 4);
+    Model g(model_config(layers(KernelInit::GlorotUniform, K)), Policy::Float32, *be, 8, 8, 3, 10, 4);
+    d.init_params(7);
+    g.init_params(7);
+    const auto wd = values(d, download_f32(*be, d.master())), wg = values(g, download_f32(*be, g.master()));
+    REQUIRE(wd.size() == wg.size());
+    const int64_t C = 3, taps = 9;
+    for (int64_t f = 0; f < K; ++f)
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t s = 0; s < 3; ++s)
+          for (int64_t c = 0; c < C; ++c) {
+            const size_t i = static_cast<size_t>(((f * 3 + r) * 3 + s) * C + c);
+            INFO("K " << K << " filter " << f << " tap " << r << "," << s << " channel " << c);
+            if (f < std::min<int64_t>(K, C))
+              CHECK(wd[i] == (r == 1 && s == 1 && c == f ? 1.0f : 0.0f));
+            else
+              CHECK(wd[i] == wg[i]);  // the same glorot stream as without dirac
+          }
+    // Everything after the kernel (bias, dense) is initialized as without dirac.
+    CHECK(std::equal(wd.begin() + K * taps * C, wd.end(), wg.begin() + K * taps * C));
+  }
+}
+
 TEST_CASE("a partial batch uses row slices and gives the same rows", "[nn][batch]") {
   auto be = create_backend("cpu");
   Model m(model_config(small_cnn()), Policy::Float32, *be, 8, 8, 3, 10, 5);

@@ -237,7 +237,7 @@ TensorStats Backend::stats(const Tensor& x) {
 
 Support Backend::supports_conv2d(const Conv2dParams&, const Shape&, const Shape&, DType t) {
   if (supports(Op::Conv2d, t)) return {};
-  return {false, std::string("conv2d has no ") + dtype_name(t) + " kernels on " + info().name};
+  return Support::refused(std::string("conv2d has no ") + dtype_name(t) + " kernels on " + info().name);
 }
 
 }  // namespace mpx

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace mpx {
 
@@ -63,6 +64,14 @@ struct Support {
   /// A first layer never computes its input gradient, so only a layer that does needs it.
   bool input_grad = true;
   std::string input_grad_reason;  // empty when input_grad
+
+  /// Not supported, and why.
+  static Support refused(std::string why) {
+    Support s;
+    s.ok = false;
+    s.reason = std::move(why);
+    return s;
+  }
 };
 
 /// One cuDNN / cuBLASLt plan as the CUDA backend chose it (`mpx bench --json`; docs/gpu.md).

@@ -76,6 +76,7 @@ struct LayerConfig {
   int stride_h = 1, stride_w = 1;
   Padding padding = Padding::Valid;  // conv2d, pools
   bool use_bias = true;
+  KernelInit kernel_initializer = KernelInit::GlorotUniform;  // conv2d
   ActivationName activation = ActivationName::Linear;  // core/activation.h's names, or softmax
   double negative_slope = 0.2;  // leaky_relu (Keras 3's activation default; Keras 2's layer had 0.3)
   // pools

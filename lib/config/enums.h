@@ -73,6 +73,7 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_CONV_ALGOS(X) X(Heuristic, "heuristic") X(Search, "search")
 #define MPX_CPU_WINOGRAD(X) X(Auto, "auto") X(Off, "off") X(On, "on") X(F2, "f2")
 #define MPX_PAD_MODES(X) X(Zeros, "zeros") X(Reflect, "reflect")
+#define MPX_KERNEL_INITS(X) X(GlorotUniform, "glorot_uniform") X(Dirac, "dirac")
 #define MPX_FLIP_MODES(X) X(Random, "random") X(Alternating, "alternating")
 #define MPX_EARLY_STOP_MONITORS(X) X(None, "none") X(ValLoss, "val_loss") X(ValAccuracy, "val_accuracy")
 // clang-format on
@@ -92,6 +93,8 @@ MPX_DEFINE_ENUM(EvalPolicy, MPX_EVAL_POLICIES)
 MPX_DEFINE_ENUM(OverlapMode, MPX_OVERLAP_MODES)
 MPX_DEFINE_ENUM(ConvAlgo, MPX_CONV_ALGOS)
 MPX_DEFINE_ENUM(CpuWinograd, MPX_CPU_WINOGRAD)
+/// A conv2d layer's kernel_initializer (docs/fast-cifar.md, "Dirac initialization").
+MPX_DEFINE_ENUM(KernelInit, MPX_KERNEL_INITS)
 /// data.augment.padding_mode: what the random crop sees outside the image.
 MPX_DEFINE_ENUM(PadMode, MPX_PAD_MODES)
 /// data.augment.flip_mode: a fresh coin every epoch, or each image's first coin alternated.

@@ -238,6 +238,9 @@ const std::vector<Key<LayerConfig>>& layer_keys() {
     MPX_KEY(padding, Enum<Padding>(), "same: output size = ceil(input / stride)")
       .only({T::Conv2d, T::MaxPool, T::AvgPool}),
     MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::Dense}),
+    MPX_KEY(kernel_initializer, Enum<KernelInit>(),
+      "glorot_uniform, or dirac: the first min(filters, input channels) filters pass their own channel through "
+      "(1 at the kernel's centre), the others glorot_uniform").only({T::Conv2d}),
     MPX_KEY(activation, Enum<ActivationName>(), "fused activation (softmax: last layer only)")
       .only({T::Conv2d, T::Dense, T::Activation}),
     MPX_KEY(negative_slope, Num(R::ge(0)), "leaky_relu: slope for x < 0 (Keras 3's default)")

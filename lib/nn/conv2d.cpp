@@ -60,6 +60,7 @@ class Conv2d : public Layer {
       param_ids_.push_back(bias_);
     }
     if (is_16bit(t)) c.need_scratch(K * rs * C, K);
+    if (cfg.kernel_initializer == KernelInit::Dirac) c.inits[static_cast<size_t>(kernel_)] = Init::Dirac;
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
   }

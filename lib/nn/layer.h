@@ -19,7 +19,9 @@
 namespace mpx::nn {
 
 /// How a parameter is initialized (Keras defaults).
-enum class Init : uint8_t { Glorot, Zeros, Ones };
+/// Dirac (conv2d kernels [K, R, S, C] only): Glorot, then filters k < min(K, C) become the
+/// identity on channel k (1 at tap (R / 2, S / 2), 0 elsewhere), as PyTorch's dirac_ on them.
+enum class Init : uint8_t { Glorot, Zeros, Ones, Dirac };
 
 /// A buffer planned for max_batch rows of a per-sample shape; at(n) is the view of
 /// the first n rows (a partial batch uses the same memory).

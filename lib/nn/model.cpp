@@ -186,11 +186,21 @@ void Model::init_params(uint64_t seed) {
     switch (c.inits[i]) {
       case nn::Init::Zeros: std::fill(dst, dst + n, 0.0f); break;
       case nn::Init::Ones: std::fill(dst, dst + n, 1.0f); break;
-      case nn::Init::Glorot: {
+      case nn::Init::Glorot:
+      case nn::Init::Dirac: {
         // One stream per tensor, keyed by its name: adding a layer does not shift the others.
         Rng rng(mix64(seed ^ fnv1a(p.layer + "/" + p.name)));
         const double limit = std::sqrt(6.0 / static_cast<double>(c.fan_in[i] + c.fan_out[i]));
         for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(rng.uniform(-limit, limit));
+        if (c.inits[i] == nn::Init::Dirac) {
+          MPX_CHECK_MSG(p.shape.rank == 4, "dirac initialization of " + p.layer + "/" + p.name);
+          const int64_t K = p.shape[0], R = p.shape[1], S = p.shape[2], C = p.shape[3];
+          for (int64_t f = 0; f < std::min(K, C); ++f) {
+            float* w = dst + f * R * S * C;
+            std::fill(w, w + R * S * C, 0.0f);
+            w[((R / 2) * S + S / 2) * C + f] = 1.0f;
+          }
+        }
         break;
       }
     }

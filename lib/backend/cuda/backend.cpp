@@ -61,9 +61,9 @@ bool CudaBackend::supports(Op op, DType t) const {
 
 Support CudaBackend::supports_conv2d(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) {
   if (!supports(Op::Conv2d, t))
-    return {false, fmt::format("cuda:{} (compute capability {}.{}) has no {} convolutions (bfloat16 needs 8.0)",
+    return Support::refused(fmt::format("cuda:{} (compute capability {}.{}) has no {} convolutions (bfloat16 needs 8.0)",
                                ctx_->device(), ctx_->compute_capability() / 10, ctx_->compute_capability() % 10,
-                               dtype_name(t))};
+                               dtype_name(t)));
   std::vector<int64_t> key{static_cast<int64_t>(t), p.R, p.S, p.stride_h, p.stride_w, p.pad_top, p.pad_left,
                            p.pad_bottom, p.pad_right};
   for (int i = 0; i < x.rank; ++i) key.push_back(x[i]);

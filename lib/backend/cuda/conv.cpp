@@ -316,7 +316,7 @@ Support probe_conv2d(Context& ctx, const Conv2dParams& p, const Shape& x, const 
       out.input_grad_reason = e.what();
     }
   } catch (const Error& e) {
-    return {false, e.what()};
+    return Support::refused(e.what());
   }
   return out;
 }
