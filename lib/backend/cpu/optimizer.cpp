@@ -22,12 +22,14 @@ bool unscale_and_check(const Tensor& grads, float inv_scale) {
   return bad == 0;
 }
 
-void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                    const Tensor& state2, const Tensor& compute_copy) {
+void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                    const std::vector<Tensor>& states, const Tensor& compute_copy) {
   float* w = master.as<float>();
   const float* g = grads.as<const float>();
-  float* m = state1.empty() ? nullptr : state1.as<float>();
-  float* v = state2.empty() ? nullptr : state2.as<float>();
+  // The state arenas in core/optimizer_kind.h's order (nullptr where absent).
+  auto arena = [&](size_t i) { return i < states.size() && !states[i].empty() ? states[i].as<float>() : nullptr; };
+  float* m = arena(0);
+  float* v = arena(1);
   const float lr = s.lr, wd = s.weight_decay;
   const bool has_copy = !compute_copy.empty();
   const Tensor copy_t = compute_copy;

@@ -190,11 +190,13 @@ bool unscale_and_check(Context& ctx, const Tensor& grads, float inv_scale) {
 namespace {
 // optimizer_step with the host's lr and t (dev.st null) or the device's (dev.st, dev.lr).
 void launch_optimizer(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                      const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, DeviceStep dev) {
+                      const std::vector<Tensor>& states, const Tensor& compute_copy, DeviceStep dev) {
   const int64_t n = master.numel();
   if (n == 0) return;
-  float* m = state1.empty() ? nullptr : state1.as<float>();
-  float* v = state2.empty() ? nullptr : state2.as<float>();
+  // The state arenas in core/optimizer_kind.h's order (nullptr where absent).
+  auto arena = [&](size_t i) { return i < states.size() && !states[i].empty() ? states[i].as<float>() : nullptr; };
+  float* m = arena(0);
+  float* v = arena(1);
   void* copy = compute_copy.empty() ? nullptr : compute_copy.data;
   const int copy_kind = compute_copy.empty() ? 0 : compute_copy.dtype == DType::F16 ? 1 : 2;
   MPX_CHECK_MSG(compute_copy.empty() || is_16bit(compute_copy.dtype), "optimizer_step: compute copy must be 16-bit");
@@ -225,8 +227,8 @@ void launch_optimizer(Context& ctx, const OptimizerStep& s, const Tensor& master
 }  // namespace
 
 void optimizer_step(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                    const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
-  launch_optimizer(ctx, s, master, grads, state1, state2, compute_copy, DeviceStep{});
+                    const std::vector<Tensor>& states, const Tensor& compute_copy) {
+  launch_optimizer(ctx, s, master, grads, states, compute_copy, DeviceStep{});
 }
 
 // ---- the step without host synchronisation ---------------------------------------
@@ -254,12 +256,12 @@ void unscale_and_check_state(Context& ctx, const Tensor& grads, const Tensor& lo
 }
 
 void optimizer_step_state(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                          const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
+                          const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
                           const Tensor& lr_dev) {
   DeviceStep dev;
   dev.st = state.as<const StepState>();
   dev.lr = lr_dev.as<const float>();
-  launch_optimizer(ctx, s, master, grads, state1, state2, compute_copy, dev);
+  launch_optimizer(ctx, s, master, grads, states, compute_copy, dev);
 }
 
 void loss_scale_update_state(Context& ctx, const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
