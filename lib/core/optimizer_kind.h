@@ -22,7 +22,8 @@ constexpr int kMaxOptimizerArenas = 4;
 #define MPX_OPTIMIZER_ROWS(X)                   \
   X(Sgd, "sgd", false, "momentum")              \
   X(Adam, "adam", true, "m", "v")               \
-  X(AdamW, "adamw", true, "m", "v")
+  X(AdamW, "adamw", true, "m", "v")             \
+  X(Amsgrad, "amsgrad", true, "m", "v", "v_hat")  /* Keras Adam(amsgrad=True): v_hat = max(v_hat, v) */
 // clang-format on
 
 #define MPX_OPTIMIZER_ID_(id, ...) id,
