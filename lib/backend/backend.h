@@ -297,7 +297,7 @@ class Backend {
   /// min/max/mean|x|/inf/nan/zero counts of any float tensor (synchronous).
   TensorStats stats(const Tensor& x);
 
-  // ---- the step without host synchronisation (docs/design.md "One training step")
+  // ---- the step without host synchronisation (docs/design.md "One training step, as data") ----
   // The loss scale, the finiteness verdict, Adam's t and the metrics of the log window
   // live in a StepState in device memory; the host reads it back (download) only every
   // log_every steps. Each op below is the twin of the host-driven op named in its
