@@ -42,10 +42,11 @@ class Optimizer {
   OptimizerName name() const { return cfg_.name; }
   /// The number of state arenas of an optimizer, each as long as the master arena, in
   /// checkpoint order (core/optimizer_kind.h: SGD momentum, empty without momentum;
-  /// Adam/AdamW m, v).
+  /// Adam/AdamW m, v; AMSGrad m, v, v_hat).
   static int num_arenas(const OptimizerConfig& cfg);
   /// Bytes of state it keeps for `num_params` parameters (plain SGD keeps none).
   static size_t state_bytes_for(const OptimizerConfig& cfg, int64_t num_params);
+  /// Every state arena, in that order.
   const std::vector<Tensor>& states() const { return states_; }
   /// Momentum (SGD) or m (Adam); empty for SGD without momentum.
   Tensor state1() const { return arena(0); }
