@@ -184,6 +184,12 @@ TEST_CASE("AMSGrad on the CPU backend follows a float64 reference over 6 steps",
   }
   CHECK(above > n / 2);
   CHECK(differs > n / 2);
+
+  // The backend checks the arenas against the row: v_hat missing, or one more than Adam keeps.
+  CHECK_THROWS_WITH(d.be->optimizer_step(s, w, g, {st[0], st[1]}, copy),
+                    Catch::Contains("state3 (amsgrad v_hat) is required"));
+  s.kind = OptimizerKind::Adam;
+  CHECK_THROWS_WITH(d.be->optimizer_step(s, w, g, st, copy), Catch::Contains("but adam keeps 2 state arena"));
 }
 
 TEST_CASE("AMSGrad through Optimizer: three arenas; the device-state step gives the same bits",
