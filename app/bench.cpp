@@ -94,7 +94,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--steps", a->steps, "Timed training steps")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", a->warmup, "Untimed warm-up steps before them")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", a->json, "Print one JSON object on stdout");
-  cmd->callback([a] { run_bench(*a); });
+  cmd->callback([a] {
+    stop_at_step_boundary().store(true);  // a stop signal saves the state at the next step
+    run_bench(*a);
+  });
 }
 
 }  // namespace mpx::app

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ void add_report_command(CLI::App& app);
 /// main() returns it after a successful parse. Failures that are exceptions
 /// (mpx::Error) carry their own code instead.
 int& command_exit_code();
+
+/// Set by a command that stops at a step boundary and saves its state on SIGINT, SIGTERM or
+/// SIGHUP (train, compare, bench); any other command ends at once on such a signal
+/// (app/main.cpp, docs/design.md "Signals").
+std::atomic<bool>& stop_at_step_boundary();
 
 /// Adds the repeatable `--set key.path=value` option (config overrides).
 CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets);

@@ -16,6 +16,11 @@ int& command_exit_code() {
   return code;
 }
 
+std::atomic<bool>& stop_at_step_boundary() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
 CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets) {
   return cmd
       ->add_option("--set", sets,

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "report/html.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace mpx::app {
@@ -148,10 +149,7 @@ void run_compare(const CompareArgs& a) {
     j["run_dir"] = r.run_dir;
     arr.push_back(j);
   }
-  {
-    std::ofstream out(base + "/compare.json");
-    out << arr.dump(2) << '\n';
-  }
+  write_file_atomic(base + "/compare.json", arr.dump(2) + "\n");
   if (!a.report.empty()) {
     std::vector<std::string> dirs;
     for (const auto& row : rows) dirs.push_back(base + "/" + row.policy);
@@ -203,7 +201,10 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->add_flag("--json", a->json, "Print one JSON array (an object per policy) on stdout");
   cmd->add_option("--report", a->report, "Also write the runs as one HTML report (as mpx report does) to this file");
-  cmd->callback([a] { run_compare(*a); });
+  cmd->callback([a] {
+    stop_at_step_boundary().store(true);  // a stop signal saves the state at the next step
+    run_compare(*a);
+  });
 }
 
 }  // namespace mpx::app

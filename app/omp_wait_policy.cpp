@@ -23,7 +23,7 @@
 // libgomp's default). Only the mpx executable does this (this file is part of app/, not of
 // the library).
 //
-// SIGINT and SIGTERM are blocked from here until main() has installed its handlers
+// SIGINT, SIGTERM and SIGHUP are blocked from here until main() has installed its handlers
 // (app/main.cpp unblocks them): a Ctrl-C during the start-up, the re-execution included
 // (the mask and pending signals survive execve), then stops the run through the handler
 // instead of killing the process (docs/design.md, "The run directory").
@@ -33,6 +33,7 @@ static void mpx_omp_wait_policy_preinit(int /*argc*/, char** argv, char** envp) 
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
   sigprocmask(SIG_BLOCK, &stop, nullptr);
   if (!argv || !argv[0] || !envp) return;
   constexpr size_t kMax = 4096;

@@ -91,7 +91,10 @@ void add_train_command(CLI::App& app) {
                   "Continue a run from its run directory or a checkpoint file (bit-exact on the same backend)");
   cmd->add_flag("--no-progress", a->no_progress, "No live progress line on a terminal");
   cmd->add_flag("--json", a->json, "Print the run's summary.json on stdout instead of the result line");
-  cmd->callback([a] { run_train(*a); });
+  cmd->callback([a] {
+    stop_at_step_boundary().store(true);  // a stop signal saves the state at the next step
+    run_train(*a);
+  });
 }
 
 }  // namespace mpx::app

@@ -5,6 +5,7 @@
 // start-up precision warnings. A bad config is exit 2, like `mpx train`.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <iostream>
 
@@ -49,7 +50,8 @@ void run_validate(const ValidateArgs& a) {
   const int H = session->H(), W = session->W(), C = session->C();
   const int num_classes = session->num_classes();  // every supported data set has 10 classes
   const int64_t batch = cfg.data.batch_size;
-  std::unique_ptr<Model> model_ptr = session->make_model(batch);
+  // Planned, not allocated: validate reports a plan too large instead of running out of memory.
+  std::unique_ptr<Model> model_ptr = session->plan_model(batch);
   const Model& model = *model_ptr;
   const MemoryReport m = model.memory_report();
   const size_t opt_bytes = Optimizer::state_bytes_for(cfg.optimizer, model.num_params());
@@ -100,6 +102,17 @@ void run_validate(const ValidateArgs& a) {
       spdlog::warn("{} place{} where Tensor Cores will sit idle on {} (listed under 'tensor core warnings')",
                    tc.size(), tc.size() == 1 ? "" : "s", device);
     }
+  }
+  // On the CPU, the plan must fit the machine's memory (a GPU's is known only where it runs).
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const size_t host = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+  if (device == "cpu" && host > 0 && total > host) {
+    std::cout << fmt::format("\nmemory: the plan needs {}, more than the {} of memory of this machine\n",
+                             format_bytes(total), format_bytes(host));
+    std::cout.flush();
+    throw ConfigError(fmt::format("{}: the memory plan for batch {} needs {} ({} bytes), more than this machine's {} "
+                                  "of memory: lower data.batch_size, the input shape or the layer widths",
+                                  a.config, batch, format_bytes(total), total, format_bytes(host)));
   }
   std::cout << "\nconfig OK\n";
   command_exit_code() = kExitOk;

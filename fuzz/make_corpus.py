@@ -122,9 +122,26 @@ def safetensors_seeds():
     put("fuzz_safetensors", "i32.bin", st('{"a":{"dtype":"I32","shape":[],"data_offsets":[0,4]}}', bytes(4)))
 
 
+def report_seeds():
+    # metrics.jsonl, NUL, summary.json, NUL, config.yaml (fuzz/fuzz_report.cpp).
+    steps = "".join('{"kind":"step","epoch":1,"step":%d,"loss":%g,"accuracy":0.%d,"learning_rate":0.001,'
+                    '"loss_scale":1,"skipped_steps":%d,"images_per_sec":100}\n' % (i, 2.0 / i, i, i // 3)
+                    for i in range(1, 9))
+    epoch = ('{"kind":"epoch","epoch":1,"step":8,"train_loss":0.5,"test_loss":0.6,"test_accuracy":0.9,'
+             '"learning_rate":0.001}\n')
+    summary = ('{"status":"completed","exit_code":0,"epochs":1,"steps":8,"final_test_accuracy":0.9,'
+               '"policy":"float32","device":"cpu","memory":{"activation_bytes":1000}}')
+    config = "name: r\nseed: 1\ndata: {dataset: synthetic, batch_size: 8}\noptimizer: {learning_rate: 0.001}\n"
+    put("fuzz_report", "run.bin", steps + epoch + "\0" + summary + "\0" + config)
+    put("fuzz_report", "metrics_only.bin", steps + '{"kind":"step","step":9,"lo')
+    put("fuzz_report", "bad_lines.bin", "not json\n[1,2]\n" + "[" * 200 + "\n" + '{"kind":7}\n' + steps)
+    put("fuzz_report", "deep_summary.bin", steps + "\0" + "[" * 5000 + "\0" + "a: &a [1, *a]\n")
+
+
 if __name__ == "__main__":
     config_seeds()
     idx_seeds()
     cifar_seeds()
     checkpoint_seeds()
     safetensors_seeds()
+    report_seeds()

@@ -12,11 +12,11 @@ SECONDS_EACH=${1:-60}
 shift || true
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(fuzz_config fuzz_idx fuzz_cifar fuzz_checkpoint fuzz_safetensors)
+[[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(fuzz_config fuzz_idx fuzz_cifar fuzz_checkpoint fuzz_safetensors fuzz_report)
 
 # Largest input per target: a little over the largest seed (a CIFAR-10 record is 3073 bytes).
 declare -A MAX_LEN=([fuzz_config]=8192 [fuzz_idx]=16384 [fuzz_cifar]=16384 [fuzz_checkpoint]=65536
-                    [fuzz_safetensors]=65536)
+                    [fuzz_safetensors]=65536 [fuzz_report]=65536)
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=0
 for t in "${TARGETS[@]}"; do

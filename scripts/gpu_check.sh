@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The GPU check, in stages that each fit one device call (limit 600 s) with room
-# to spare, on a machine with an NVIDIA GPU, the CUDA 13 runtime and PyTorch but
-# without mpx's build dependencies: the build is made beforehand by
-# scripts/gpu_bundle.sh and carried (gpu-bundle). docs/gpu.md "The staged GPU check".
+# The GPU check, cut for one 15-minute lease (machine start, every call and idle time
+# together; a call is at most 600 s): two calls, on a machine with an NVIDIA GPU, the
+# CUDA 13 runtime and PyTorch but without mpx's build dependencies. The build is made
+# beforehand by scripts/gpu_bundle.sh and carried (gpu-bundle). docs/gpu.md "The staged
+# GPU check" has the plan and the expected device time of each stage.
 #
 #   scripts/gpu_check.sh [--build DIR] STAGE...      (DIR default gpu-bundle)
 #
-#   probe   (budget 240 s) host, nvidia-smi, driver/runtime/library versions, ldd of the
+#   call 1:  MPX_CALL_BUDGET_S=300 scripts/gpu_check.sh probe tests        (timeout_s 330)
+#   call 2:  MPX_CALL_BUDGET_S=270 scripts/gpu_check.sh train bench        (timeout_s 300)
+#   call 2 instead, only when call 1 shows that the carried binaries do not start:
+#            MPX_CALL_BUDGET_S=540 scripts/gpu_check.sh build              (timeout_s 570)
+#            (it builds build-gpu-local there, then runs probe and tests on it)
+#
+#   probe   (budget 90 s) host, nvidia-smi, driver/runtime/library versions, ldd of the
 #           carried binaries, whether the carried mpx starts, `mpx devices --json`;
 #           stops with "no GPU" (exit 77) where there is none
-#   tests   (480 s) every CUDA test case in its own process with its own time limit,
-#           cheap to expensive; compute-sanitizer reruns only the first failing cases
-#   train   (420 s) 20 steps of the smoke net on synthetic data under each policy, with and without
-#           train.cuda_graph (the summary of each run goes into results.jsonl)
-#   bench   (540 s, a call of its own) mpx bench with and without the graph, then
-#           bench/gpu_compare.py (mpx against PyTorch AMP)
+#   tests   (210 s) every CUDA test case in its own process with its own time limit,
+#           cheap to expensive; compute-sanitizer reruns the first failing case when the
+#           budget still has a minute
+#   train   (100 s) 20 steps of the smoke net on synthetic data under each policy, with and
+#           without train.cuda_graph (the summary of each run goes into results.jsonl)
+#   bench   (170 s) mpx bench of the seed CIFAR net with and without the graph, then
+#           bench/gpu_compare.py on the same net (mpx against PyTorch AMP, three policies)
 #   build   (540 s) the fallback: configure and build mpx there with its CMake and nvcc
-#           from the carried prefix of the non-CUDA dependencies; in the same call,
-#           then: scripts/gpu_check.sh --build build-gpu-local probe tests
+#           from the carried prefix of the non-CUDA dependencies, then probe and tests on it
 #
 # Each stage appends to $OUT (else gpu-check-out/) as it goes: gpu_check.log (all output)
 # and results.jsonl (one JSON object per step), so a call that times out keeps everything
 # before it. Exit 0 when every step passed, 1 when one failed, 77 when there is no GPU.
-# MPX_STAGE_BUDGET_S overrides every stage's budget; MPX_CALL_BUDGET_S (default 540) bounds
-# the whole invocation, so `probe tests train` in one device call ends inside its 600 s.
+# MPX_STAGE_BUDGET_S overrides every stage's budget; MPX_CALL_BUDGET_S (default 300) bounds
+# the whole invocation, so call 1 ends inside its timeout with the results written.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu_check_lib.sh
@@ -45,7 +52,7 @@ LOG="$OUT_DIR/gpu_check.log"
 JSONL="$OUT_DIR/results.jsonl"
 FAILED=()
 SECONDS=0
-CALL_BUDGET=${MPX_CALL_BUDGET_S:-540}
+CALL_BUDGET=${MPX_CALL_BUDGET_S:-300}
 STAGE=""
 CARRIED_LIBS=""
 RUNS=$(mktemp -d /tmp/mpx-gpu-check.XXXXXX)
@@ -75,7 +82,7 @@ need_gpu() {
 }
 
 stage_probe() {
-  begin_stage probe 240
+  begin_stage probe 90
   note "host: $(uname -srm); $(grep -s '^PRETTY_NAME=' /etc/os-release | cut -d= -f2 | tr -d '"'); $(ldd --version 2>&1 | head -1); $(nproc) cores"
   jline name=host kernel="$(uname -r)" os="$(grep -s '^PRETTY_NAME=' /etc/os-release | cut -d= -f2 | tr -d '"')" \
     glibc="$(ldd --version 2>&1 | head -1)" cores="$(nproc)"
@@ -165,7 +172,7 @@ case_spec() {
 }
 
 stage_tests() {
-  begin_stage tests 480
+  begin_stage tests 210
   need_gpu
   local names name rank limit failed_cases=()
   names=$("$TESTS" --list-test-names-only 2>/dev/null | sed -n 's/^\(cuda\|nccl\):/&/p')
@@ -176,26 +183,27 @@ stage_tests() {
   while IFS= read -r name; do
     [[ -z $name ]] && continue
     rank=$(case_rank "$name")
-    limit=${MPX_CASE_TIMEOUT_S:-$((rank >= 4 ? 150 : 90))}
+    limit=${MPX_CASE_TIMEOUT_S:-$((rank >= 4 ? 60 : 45))}
     step "case: $name" "$limit" "$TESTS" "$(case_spec "$name")" --durations yes
     [[ $STEP_RC -ne 0 && $STEP_RC -ne 77 && $STEP_RC -ne 125 ]] && failed_cases+=("$name")
   done <<<"$ordered"
-  if ((${#failed_cases[@]} > 0)) && command -v compute-sanitizer >/dev/null 2>&1; then
-    for name in "${failed_cases[@]:0:2}"; do
-      step "compute-sanitizer memcheck: $name" 150 env MPX_TEST_CUDA_WORKSPACE_MB=32 \
-        compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no "$TESTS" "$(case_spec "$name")"
-    done
+  note "tests: ${#failed_cases[@]} failing case(s)${failed_cases[*]:+: ${failed_cases[*]}}"
+  jline name="failing cases" value="${#failed_cases[@]}" cases="${failed_cases[*]}"
+  if ((${#failed_cases[@]} > 0)) && command -v compute-sanitizer >/dev/null 2>&1 && (($(budget_left) >= 60)); then
+    name=${failed_cases[0]}
+    step "compute-sanitizer memcheck: $name" 90 env MPX_TEST_CUDA_WORKSPACE_MB=32 \
+      compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check no "$TESTS" "$(case_spec "$name")"
   fi
 }
 
 stage_train() {
-  begin_stage train 420
+  begin_stage train 100
   need_gpu
   local policy graph run s
   for policy in float32 mixed_float16 mixed_bfloat16; do
     for graph in false true; do
       run="$RUNS/train-$policy-graph-$graph"
-      step "train 20 steps $policy cuda_graph=$graph" 60 "$MPX" train --config configs/mnist_smoke.yaml \
+      step "train 20 steps $policy cuda_graph=$graph" 30 "$MPX" train --config configs/mnist_smoke.yaml \
         --run-dir "$run" --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
         --set train.max_steps=20 --set train.log_every=5 --set train.cuda_graph=$graph
       if [[ -f $run/summary.json ]]; then
@@ -205,7 +213,7 @@ stage_train() {
       if [[ $STEP_RC -ne 0 && $STEP_RC -ne 125 ]] && command -v compute-sanitizer >/dev/null 2>&1 &&
          [[ -z ${SANITIZED_TRAIN:-} ]]; then
         SANITIZED_TRAIN=1
-        step "compute-sanitizer memcheck: 3 steps $policy cuda_graph=$graph" 150 compute-sanitizer --tool memcheck \
+        step "compute-sanitizer memcheck: 3 steps $policy cuda_graph=$graph" 45 compute-sanitizer --tool memcheck \
           --error-exitcode 9 --leak-check no "$MPX" train --config configs/mnist_smoke.yaml --run-dir "$run-sanitizer" \
           --no-progress --set device=cuda --set policy="$policy" --set data.dataset=synthetic \
           --set train.max_steps=3 --set train.log_every=1 --set train.cuda_graph=$graph --set cuda.workspace_mb=32
@@ -215,22 +223,31 @@ stage_train() {
 }
 
 stage_bench() {
-  begin_stage bench 540
+  begin_stage bench 170
   need_gpu
   local graph
   for graph in false true; do
-    step "mpx bench CIFAR ResNet mixed_bfloat16 batch 512 cuda_graph=$graph" 90 "$MPX" bench \
-      --config configs/cifar10_resnet.yaml --set device=cuda --set policy=mixed_bfloat16 --set data.batch_size=512 \
+    step "mpx bench seed CIFAR net mixed_bfloat16 batch 512 cuda_graph=$graph" 40 "$MPX" bench \
+      --config configs/cifar10_fp32.yaml --set device=cuda --set policy=mixed_bfloat16 --set data.batch_size=512 \
       --set data.path=/nonexistent --set train.cuda_graph=$graph --steps 30 --warmup 5 --json
     [[ $STEP_RC -eq 0 ]] && jline name="bench cuda_graph=$graph" value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
   done
-  step "bench/gpu_compare.py (mpx against PyTorch, batch 512)" "$(budget_left)" env PYTHONUNBUFFERED=1 \
-    python3 bench/gpu_compare.py --mpx "$MPX" --out "$OUT_DIR/gpu_compare.json"
+  step "bench/gpu_compare.py (mpx against PyTorch AMP, seed CIFAR net, batch 512)" "$(budget_left)" \
+    env PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py --mpx "$MPX" --configs configs/cifar10_fp32.yaml \
+    --steps 30 --warmup 5 --out "$OUT_DIR/gpu_compare.json"
 }
 
 stage_build() {
   begin_stage build 540
   step "fallback build (scripts/gpu_fallback_build.sh)" "$(budget_left)" scripts/gpu_fallback_build.sh "$BUILD_DIR"
+  if [[ $STEP_RC -eq 0 ]]; then
+    # The same call goes on with the local build: probe and tests, inside what is left.
+    BUILD_DIR=build-gpu-local
+    MPX="$BUILD_DIR/app/mpx"
+    TESTS="$BUILD_DIR/tests/mpx_cuda_tests"
+    stage_probe
+    stage_tests
+  fi
 }
 
 finish() {

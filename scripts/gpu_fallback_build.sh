@@ -6,16 +6,19 @@
 # against the carried prefix of the non-CUDA dependencies (gpu-bundle/deps.tar.xz:
 # headers and CMake files; their libraries are gpu-bundle/lib, unpacked by
 # gpu_check.sh) and the cuDNN / NCCL of PyTorch's wheels. MPI (and so NCCL) is off.
+# oneDNN is the one the bundle's build used: from the prefix's onednn/ (its headers and
+# CMake files) with the carried libdnnl, else Debian's headers in the prefix's usr/.
 #
 #   scripts/gpu_fallback_build.sh [BUNDLE] [BUILD_DIR]   (gpu-bundle, build-gpu-local)
 #   then, in the same device call: scripts/gpu_check.sh --build build-gpu-local probe tests
+# FALLBACK_CONFIGURE_ONLY=1 stops after the configure step (the bare-root test, docs/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_check_lib.sh
 
 BUNDLE=${1:-gpu-bundle}
 OUT_BUILD=${2:-build-gpu-local}
-DEPS=/tmp/mpx-deps
+DEPS=${FALLBACK_DEPS_DIR:-/tmp/mpx-deps}
 [[ -f $BUNDLE/deps.tar.xz ]] || { echo "gpu_fallback_build: $BUNDLE/deps.tar.xz is missing (scripts/gpu_bundle.sh)" >&2; exit 1; }
 rm -rf "$DEPS"
 mkdir -p "$DEPS"
@@ -26,7 +29,14 @@ else
 fi
 libs=$(unpack_libs "$BUNDLE")
 multi=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+mkdir -p "$DEPS/usr/lib/$multi"
 cp -f "$libs"/* "$DEPS/usr/lib/$multi/"  # the link names in the prefix point at these
+onednn=()
+if [[ -d $DEPS/onednn ]]; then
+  cp -f "$libs"/libdnnl.so* "$DEPS/onednn/lib/"
+  onednn=(-DMPX_ONEDNN=PREFIX -DMPX_ONEDNN_PREFIX="$DEPS/onednn")
+  echo "oneDNN from the carried prefix: $(cd "$DEPS/onednn/lib" && echo libdnnl.so*)"
+fi
 rm -rf "$libs"
 
 # cuDNN and NCCL: the CUDA toolkit's when it has them, else PyTorch's wheels (headers and
@@ -44,8 +54,12 @@ nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 echo "== configure $OUT_BUILD with $(cmake --version | head -1), nvcc at $nvcc_path"
 cmake -S . -B "$OUT_BUILD" -DCMAKE_BUILD_TYPE=Release -DMPX_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCMAKE_CUDA_COMPILER="$nvcc_path" -DCMAKE_PREFIX_PATH="$DEPS/usr" -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
-  -DMPX_BUILD_BENCH=OFF -DMPX_TEST_DATA_DIR=/nonexistent "${extra[@]}"
+  -DMPX_BUILD_BENCH=OFF -DMPX_TEST_DATA_DIR=/nonexistent "${onednn[@]}" "${extra[@]}"
+if [[ ${FALLBACK_CONFIGURE_ONLY:-0} == 1 ]]; then
+  echo "gpu_fallback_build: configured $OUT_BUILD (FALLBACK_CONFIGURE_ONLY=1: not built)"
+  exit 0
+fi
 echo "== build mpx and mpx_cuda_tests (-j$(nproc))"
 read -r -a targets <<<"${FALLBACK_TARGETS:-mpx mpx_cuda_tests}"
 cmake --build "$OUT_BUILD" --target "${targets[@]}" -j"$(nproc)"
-echo "gpu_fallback_build: built $OUT_BUILD; next: scripts/gpu_check.sh --build $OUT_BUILD probe tests train"
+echo "gpu_fallback_build: built $OUT_BUILD; next: scripts/gpu_check.sh --build $OUT_BUILD probe tests"

@@ -15,6 +15,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
+#include "support/pool_bound.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -384,6 +385,50 @@ TEST_CASE("backend max pooling routes the gradient to the first maximum of a tie
   check_exact("first max", d.get(dx), {0.0f, 5.0f, 0.0f, 0.0f});
 }
 
+// The bound that the CUDA agreement tests hold both backends to (tests/support/pool_bound.h):
+// every element of the CPU's average pooling within the float32 summation bound of float64.
+TEST_CASE("backend average pooling is within the float32 summation bound of the float64 reference") {
+  auto t = GENERATE(DType::F32, DType::F16, DType::BF16);
+  Dev d;
+  Rng rng(43);
+  PoolParams p;
+  p.kind = PoolKind::Avg;
+  p.R = p.S = 3;
+  p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = 1;
+  const Shape xs{3, 9, 8, 5};
+  const int P = p.out_h(9), Q = p.out_w(8);
+  std::vector<float> xv, dyv;
+  Tensor x = d.rand(rng, t, xs, &xv);
+  Tensor dy = d.rand(rng, t, Shape{3, P, Q, 5}, &dyv);
+  Tensor y = d.make(t, Shape{3, P, Q, 5}), dx = d.make(t, xs);
+  d.be->pool_forward(p, x, y);
+  d.be->pool_backward(p, x, y, dy, dx);
+  const support::AvgPoolRef r = support::avg_pool_reference(p, t, xs, xv, P, Q, dyv);
+  auto within = [](const char* what, const std::vector<float>& got, const std::vector<double>& ref,
+                   const std::vector<double>& bound) {
+    REQUIRE(got.size() == ref.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO(what << " element " << i << ": " << got[i] << " against " << ref[i] << ", bound " << bound[i]);
+      REQUIRE(std::fabs(got[i] - ref[i]) <= bound[i]);
+    }
+  };
+  within("avg forward", d.get(y), r.y, r.y_bound);
+  within("avg backward", d.get(dx), r.dx, r.dx_bound);
+
+  const Shape gs{4, 7, 6, 33};
+  std::vector<float> gv;
+  Tensor gx = d.rand(rng, t, gs, &gv);
+  Tensor gy = d.make(t, Shape{4, 33});
+  d.be->global_avg_pool_forward(gx, gy);
+  PoolParams whole;
+  whole.kind = PoolKind::Avg;
+  whole.R = 7;
+  whole.S = 6;
+  const support::AvgPoolRef g =
+      support::avg_pool_reference(whole, t, gs, gv, 1, 1, std::vector<float>(static_cast<size_t>(4 * 33), 0.0f));
+  within("global avg forward", d.get(gy), g.y, g.y_bound);
+}
+
 TEST_CASE("backend global average pooling") {
   auto t = GENERATE(DType::F32, DType::F16, DType::BF16);
   Dev d;
@@ -476,6 +521,77 @@ TEST_CASE("backend softmax cross-entropy: loss sum, correct count, scaled gradie
   d.be->fill(loss, kNaN);
   d.be->softmax_cross_entropy(z, labels, 1.0f, loss, correct, Tensor());
   check_close("loss sum without gradient", d.get(loss), {r.loss_sum}, DType::F32);
+}
+
+namespace {
+
+/// Sum over rows of -sum_k t_k log softmax(z)_k with t = (1 - e) onehot + e / K, in float64
+/// from the log-softmax itself (not the backend's rearranged formula).
+double smoothed_loss_sum(int64_t N, int64_t K, const std::vector<double>& z, const std::vector<int32_t>& lab,
+                         double e) {
+  double total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const double* zi = z.data() + n * K;
+    double m = zi[0];
+    for (int64_t k = 1; k < K; ++k) m = std::max(m, zi[k]);
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += std::exp(zi[k] - m);
+    for (int64_t k = 0; k < K; ++k) {
+      const double t = (k == lab[static_cast<size_t>(n)] ? 1.0 - e : 0.0) + e / static_cast<double>(K);
+      total -= t * (zi[k] - m - std::log(s));
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("backend softmax cross-entropy with label smoothing: float64 target, finite differences, e = 0") {
+  Dev d;
+  Rng rng(62);
+  const int64_t N = 17, K = 10;
+  std::vector<float> zv;
+  Tensor z = d.rand(rng, DType::F32, Shape{N, K}, &zv, -4, 4);
+  std::vector<int32_t> lab(static_cast<size_t>(N));
+  for (auto& l : lab) l = static_cast<int32_t>(rng.uniform_int(K));
+  Tensor labels = d.make(DType::I32, Shape{N});
+  d.be->upload(labels, lab.data());
+  Tensor loss = d.make(DType::F32, Shape{1}), correct = d.make(DType::F32, Shape{1});
+  Tensor dz = d.make(DType::F32, Shape{N, K});
+  const std::vector<double> z64 = widen(zv);
+  const float scale = 8.0f, e = 0.2f;
+  d.be->softmax_cross_entropy(z, labels, scale, loss, correct, dz, e);
+  check_close("smoothed loss sum", d.get(loss), {smoothed_loss_sum(N, K, z64, lab, e)}, DType::F32);
+  const ref::SoftmaxCe plain = ref::softmax_cross_entropy(N, K, z64, lab, scale);
+  REQUIRE(d.get(correct)[0] == static_cast<float>(plain.correct));  // accuracy ignores smoothing
+  // The gradient of scale * mean loss, by central differences of the float64 loss.
+  const std::vector<float> g = d.get(dz);
+  std::vector<double> fd(z64.size());
+  for (size_t i = 0; i < z64.size(); ++i) {
+    std::vector<double> zp = z64, zm = z64;
+    const double h = 1e-5;
+    zp[i] += h;
+    zm[i] -= h;
+    fd[i] = scale * (smoothed_loss_sum(N, K, zp, lab, e) - smoothed_loss_sum(N, K, zm, lab, e)) / (2 * h) /
+            static_cast<double>(N);
+  }
+  check_close("smoothed dlogits against finite differences", g, fd, DType::F32, 10.0);
+  // Each row's smoothed gradient sums to zero (the target sums to one).
+  for (int64_t n = 0; n < N; ++n) {
+    double row = 0;
+    for (int64_t k = 0; k < K; ++k) row += g[static_cast<size_t>(n * K + k)];
+    REQUIRE(std::fabs(row) < 1e-6);
+  }
+  // e = 0: the plain op's bits.
+  Tensor loss0 = d.make(DType::F32, Shape{1}), dz0 = d.make(DType::F32, Shape{N, K});
+  d.be->softmax_cross_entropy(z, labels, scale, loss, correct, dz);
+  d.be->softmax_cross_entropy(z, labels, scale, loss0, correct, dz0, 0.0f);
+  check_exact("e = 0 loss", d.get(loss0), d.get(loss));
+  check_exact("e = 0 dlogits", d.get(dz0), d.get(dz));
+  REQUIRE_THROWS_WITH(d.be->softmax_cross_entropy(z, labels, scale, loss, correct, dz, 1.0f),
+                      Catch::Contains("label_smoothing 1 must be in [0, 1)"));
+  REQUIRE_THROWS_WITH(d.be->softmax_cross_entropy(z, labels, scale, loss, correct, dz, -0.1f),
+                      Catch::Contains("must be in [0, 1)"));
 }
 
 TEST_CASE("backend softmax cross-entropy is stable for huge logits and rejects bad labels") {

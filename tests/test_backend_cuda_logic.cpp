@@ -188,6 +188,62 @@ TEST_CASE("cuBLASLt candidate loop: the first that runs is kept; the shape is na
   CHECK(none_ran_message(what, failures) == what + ": the heuristic offered no algorithm");
 }
 
+TEST_CASE("cuBLASLt epilogue fallback: any failure with the epilogue retries the plain product",
+          "[cuda-logic][dense]") {
+  int plan_storage = 0;
+  std::vector<bool> tried;
+  // The heuristic fails outright with the epilogue (a status other than NOT_SUPPORTED, which
+  // once threw before the fallback); the plain product then plans.
+  bool fused = true;
+  auto a = epilogue_or_plain<int>(true, [&](bool with) {
+    tried.push_back(with);
+    PlanAttempt<int> r;
+    if (with) r.heuristic_error = "cublasLtMatmulAlgoGetHeuristic: CUBLAS_STATUS_INVALID_VALUE";
+    else r.plan = &plan_storage;
+    return r;
+  }, fused);
+  CHECK(tried == std::vector<bool>{true, false});
+  CHECK(a.plan == &plan_storage);
+  CHECK_FALSE(fused);
+
+  // Candidates offered with the epilogue but none ran: the same retry.
+  tried.clear();
+  a = epilogue_or_plain<int>(true, [&](bool with) {
+    tried.push_back(with);
+    PlanAttempt<int> r;
+    if (with) r.failures = {"cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED"};
+    else r.plan = &plan_storage;
+    return r;
+  }, fused);
+  CHECK(tried == std::vector<bool>{true, false});
+  CHECK_FALSE(fused);
+
+  // The epilogue plans: no second attempt, fused.
+  tried.clear();
+  a = epilogue_or_plain<int>(true, [&](bool with) {
+    tried.push_back(with);
+    PlanAttempt<int> r;
+    r.plan = &plan_storage;
+    return r;
+  }, fused);
+  CHECK(tried == std::vector<bool>{true});
+  CHECK(fused);
+
+  // No epilogue wanted: one attempt; when it fails, the refusal names the heuristic's status.
+  tried.clear();
+  a = epilogue_or_plain<int>(false, [&](bool with) {
+    tried.push_back(with);
+    PlanAttempt<int> r;
+    r.heuristic_error = "cublasLtMatmulAlgoGetHeuristic: CUBLAS_STATUS_INVALID_VALUE";
+    return r;
+  }, fused);
+  CHECK(tried == std::vector<bool>{false});
+  CHECK(a.plan == nullptr);
+  CHECK(none_ran_message("cuBLASLt: no algorithm for matmul", a.failures, a.heuristic_error) ==
+        "cuBLASLt: no algorithm for matmul: the heuristic failed (cublasLtMatmulAlgoGetHeuristic: "
+        "CUBLAS_STATUS_INVALID_VALUE)");
+}
+
 TEST_CASE("cuBLASLt epilogues: relu is never fused (max(NaN, 0) = 0), the relu kernel keeps NaN",
           "[cuda-logic][dense][nan]") {
   CHECK_FALSE(cublaslt_fuses_activation(ActKind::Relu));

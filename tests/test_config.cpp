@@ -330,7 +330,8 @@ TEST_CASE("config: bad enum values list the allowed set", "[config]") {
   CHECK(error_of(with_section("optimizer: {name: rmsprop}\n")) ==
         "x.yaml:6:19: optimizer.name: expected one of sgd | adam | adamw | amsgrad, got 'rmsprop'");
   CHECK(error_of(with_section("schedule: {name: cosin}\n")) ==
-        "x.yaml:6:18: schedule.name: expected one of constant | step | cosine | reduce_on_plateau, got 'cosin'; "
+        "x.yaml:6:18: schedule.name: expected one of constant | step | cosine | reduce_on_plateau | triangular, got "
+              "'cosin'; "
         "did you mean 'cosine'?");
   CHECK(error_of(with_section("train: {eval_policy: float16}\n")) ==
         "x.yaml:6:22: train.eval_policy: expected one of same | float32, got 'float16'; did you mean 'float32'?");

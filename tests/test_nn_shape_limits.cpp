@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "nn/model.h"
 #include "support/gradcheck.h"
+#include "support/log_capture.h"
 
 using namespace mpx;
 using support::conv_layer;
@@ -75,6 +76,9 @@ TEST_CASE("shape limits: a conv kernel larger than its input is refused with str
              Catch::Contains("input [2, 2, 1] is smaller than the 3x3 kernel with padding valid"));
   CHECK_THAT(build_error({conv_layer(4, 3, 1), make_layer(LayerType::Flatten), dense_layer(10)}, 2, 2, 1),
              Catch::Contains("is smaller than the 3x3 kernel"));
+  // Same padding: accepted, with a warning that part of the kernel only meets padding.
+  support::ExpectLogs logs;
   CHECK(build_error({conv_layer(4, 3, 3, Padding::Same), make_layer(LayerType::Flatten), dense_layer(10)}, 2, 2, 1)
             .empty());
+  CHECK(logs.contains("the 3x3 kernel is larger than its 2x2 input"));
 }

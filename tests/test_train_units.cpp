@@ -196,6 +196,34 @@ TEST_CASE("cosine schedule with warm-up", "[train][schedule]") {
   CHECK(s.lr(40) == Approx(0.01));                            // clamped
 }
 
+TEST_CASE("triangular schedule: linear up to the peak, then down to the end", "[train][schedule]") {
+  ScheduleConfig c;
+  c.name = ScheduleName::Triangular;  // defaults: start 0.2, peak at 0.2 of the run, end 0
+  LrSchedule s(c, 0.5, 2, 5);        // T = 10 steps, peak at K = 2
+  const double want[] = {0.1, 0.3, 0.5, 0.4375, 0.375, 0.3125, 0.25, 0.1875, 0.125, 0.0625, 0.0};
+  for (int t = 0; t <= 10; ++t) {
+    INFO("step " << t);
+    CHECK(s.lr(t) == Approx(want[t]).margin(1e-15));
+  }
+  CHECK(s.lr(12) == Approx(0.0).margin(1e-15));  // past the end: the end rate
+
+  // airbench94's shape: 0.2 -> 1 at 23% -> 0.07, as numpy.interp would give it.
+  c.start_factor = 0.2;
+  c.peak_fraction = 0.23;
+  c.end_factor = 0.07;
+  LrSchedule a(c, 2.0, 10, 49);  // T = 490, K = round(112.7) = 113
+  auto interp = [](double x, double x0, double y0, double x1, double y1) { return y0 + (y1 - y0) * (x - x0) / (x1 - x0); };
+  for (int t : {0, 1, 57, 112, 113, 114, 300, 489, 490}) {
+    const double f = t <= 113 ? interp(t, 0, 0.2, 113, 1.0) : interp(t, 113, 1.0, 490, 0.07);
+    INFO("step " << t);
+    CHECK(a.lr(t) == Approx(2.0 * f).epsilon(1e-12));
+  }
+  // A warm-up multiplies, as for every schedule.
+  c.warmup_epochs = 1;
+  LrSchedule w(c, 2.0, 10, 49);
+  CHECK(w.lr(9) == Approx(a.lr(9) * 10.0 / 49.0).epsilon(1e-12));
+}
+
 TEST_CASE("reduce_on_plateau follows Keras ReduceLROnPlateau", "[train][schedule]") {
   ScheduleConfig c;
   c.name = ScheduleName::ReduceOnPlateau;

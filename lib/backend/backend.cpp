@@ -155,13 +155,14 @@ void require_scalar_f32(const char* op, const char* name, const Tensor& t) {
 
 void Backend::softmax_cross_entropy_scaled(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                            double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                           const Tensor& dlogits) {
+                                           const Tensor& dlogits, float label_smoothing) {
   const char* op = "softmax_cross_entropy_scaled";
   require_step_state(op, state);
   MPX_VALIDATE(std::isfinite(weight) && weight > 0, "{}: weight {} must be positive and finite", op, weight);
   MPX_VALIDATE(!dlogits.empty(), "{}: dlogits is required", op);
-  require_softmax_args(op, logits, labels, loss_sum_out, correct_out, dlogits);
-  softmax_cross_entropy_scaled_impl(logits, labels, state, weight, loss_sum_out, correct_out, dlogits);
+  require_softmax_args(op, logits, labels, loss_sum_out, correct_out, dlogits, label_smoothing);
+  softmax_cross_entropy_scaled_impl(logits, labels, state, weight, loss_sum_out, correct_out, dlogits,
+                                    label_smoothing);
 }
 
 void Backend::unscale_and_check_state(const Tensor& grads, const Tensor& loss_sum, const Tensor& state, int world) {

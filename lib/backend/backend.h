@@ -265,8 +265,12 @@ class Backend {
   /// correct_out: float32 [1], the number of rows whose argmax equals the label.
   /// dlogits (may be empty): float32 [N, K] = grad_scale * (softmax - onehot) / N,
   /// i.e. the gradient of loss_scale * mean loss when grad_scale = loss_scale.
+  /// label_smoothing e in [0, 1) (Keras' categorical cross-entropy): the target is
+  /// (1 - e) onehot + e / K, so a row's loss is -(1 - e) log p[label] - e mean_k log p[k]
+  /// and dlogits = grad_scale * (softmax - target) / N; e = 0 gives the plain op's bits.
   void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                             const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+                             const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                             float label_smoothing = 0.0f);
 
   // ---- dropout -------------------------------------------------------------
   /// Inverted dropout: keep with probability 1-rate, scale kept values by 1/(1-rate).
@@ -305,7 +309,8 @@ class Backend {
 
   /// Like softmax_cross_entropy with grad_scale = float(state.scale * weight).
   void softmax_cross_entropy_scaled(const Tensor& logits, const Tensor& labels, const Tensor& state, double weight,
-                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                                    float label_smoothing = 0.0f);
   /// Like unscale_and_check with inv_scale = float(1.0 / (state.scale * world)); the verdict
   /// goes to state.finite (1 when loss_sum [float32 1] and every gradient are finite).
   void unscale_and_check_state(const Tensor& grads, const Tensor& loss_sum, const Tensor& state, int world);
@@ -422,7 +427,7 @@ class Backend {
                                         const Tensor& dgamma, const Tensor& dbeta) = 0;
   virtual void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
                                           const Tensor& loss_sum_out, const Tensor& correct_out,
-                                          const Tensor& dlogits) = 0;
+                                          const Tensor& dlogits, float label_smoothing) = 0;
   virtual void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
                                     const Tensor& mask, const Tensor& y) = 0;
   virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) = 0;
@@ -432,7 +437,7 @@ class Backend {
   virtual TensorStats stats_impl(const Tensor& x) = 0;
   virtual void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                                  double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                                 const Tensor& dlogits) = 0;
+                                                 const Tensor& dlogits, float label_smoothing) = 0;
   virtual void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                             int world) = 0;
   virtual void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,

@@ -146,7 +146,9 @@ inline void check_bias(const char* op, const Tensor& bias, int64_t k, DType comp
 
 /// The arguments of softmax_cross_entropy and its scaled twin.
 inline void require_softmax_args(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum_out,
-                          const Tensor& correct_out, const Tensor& dlogits) {
+                          const Tensor& correct_out, const Tensor& dlogits, float label_smoothing) {
+  MPX_VALIDATE(label_smoothing >= 0.0f && label_smoothing < 1.0f, "{}: label_smoothing {} must be in [0, 1)", op,
+               label_smoothing);
   require_f32(op, "logits", logits);
   require_rank(op, "logits", logits, 2);
   require_data(op, "labels", labels);

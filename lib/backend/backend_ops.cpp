@@ -329,9 +329,10 @@ void Backend::batch_norm_backward(const Tensor& x, const Tensor& dy, const Tenso
 
 
 void Backend::softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
-  require_softmax_args("softmax_cross_entropy", logits, labels, loss_sum_out, correct_out, dlogits);
-  softmax_cross_entropy_impl(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
+                                    const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                                    float label_smoothing) {
+  require_softmax_args("softmax_cross_entropy", logits, labels, loss_sum_out, correct_out, dlogits, label_smoothing);
+  softmax_cross_entropy_impl(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits, label_smoothing);
 }
 
 // ---- dropout -----------------------------------------------------------------

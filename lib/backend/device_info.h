@@ -59,6 +59,10 @@ struct Math16Report {
 struct Support {
   bool ok = true;
   std::string reason;  // empty when ok
+  /// Convolutions: whether the backward data op (the input gradient) runs too, and why not.
+  /// A first layer never computes its input gradient, so only a layer that does needs it.
+  bool input_grad = true;
+  std::string input_grad_reason;  // empty when input_grad
 };
 
 /// One cuDNN / cuBLASLt plan as the CUDA backend chose it (`mpx bench --json`; docs/gpu.md).

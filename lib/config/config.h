@@ -38,7 +38,12 @@ struct LossScaleConfig {
 
 struct AugmentConfig {
   int random_crop_padding = 0;
+  /// Outside the image the crop sees zeros, or the image mirrored about its edge pixel.
+  PadMode padding_mode = PadMode::Zeros;
   bool horizontal_flip = false;
+  /// random: each epoch flips each image with probability 1/2; alternating: epoch 0 as
+  /// random, then every image flips on the epochs where its epoch-0 choice is inverted.
+  FlipMode flip_mode = FlipMode::Random;
 };
 
 struct DataConfig {
@@ -107,6 +112,8 @@ struct ScheduleConfig {
   double gamma = 0.1;
   // cosine
   double min_lr = 0.0;
+  // triangular: start_factor * base at step 0, base at peak_fraction of the run, end_factor * base at its end
+  double start_factor = 0.2, peak_fraction = 0.2, end_factor = 0.0;
   // reduce_on_plateau (Keras ReduceLROnPlateau on the test loss)
   double factor = 0.1;
   int64_t patience = 10;
@@ -121,6 +128,9 @@ struct TrainConfig {
   EvalPolicy eval_policy = EvalPolicy::Same;
   int64_t checkpoint_every = 1;
   int64_t max_steps = 0;  // 0 = no limit (stop early after this many steps; sweeps and tests)
+  /// Keras' label_smoothing of the categorical cross-entropy, in training (the test loss is
+  /// the plain cross-entropy).
+  double label_smoothing = 0.0;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step

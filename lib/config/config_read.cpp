@@ -7,13 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "config/config.h"
 #include "config/schema.h"
 #include "config/yaml_tree.h"
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace mpx {
 
@@ -126,11 +125,16 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   using config_detail::kMaxConfigBytes;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ConfigError(fmt::format("{}: cannot read config file: it is a directory", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
+  // Opened without blocking: a FIFO that no process writes to is refused at once instead of
+  // hanging in open() (docs/inputs.md, "Files that are not regular files").
+  InputFile in(path);
+  if (!in.ok()) throw ConfigError(fmt::format("{}: cannot open config file: {}", path, in.error()));
+  if (!in.regular() && !in.fifo() && !in.char_device())
+    throw ConfigError(fmt::format("{}: cannot read config file: it is {}", path, in.kind()));
+  if (in.fifo() && in.fifo_without_writer())
+    throw ConfigError(fmt::format("{}: the config is {} that no process is writing to, so there is nothing to "
+                                  "read; give a regular file, or write the config into the pipe",
+                                  path, in.kind()));
   const auto too_big = [&](const std::string& size) {
     return ConfigError(fmt::format("{}: the config file is larger than the limit of {} bytes (1 MiB){}; "
                                    "is it the right file?",
@@ -138,13 +142,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   };
   // A regular file is judged by its size before a byte is read; anything else
   // (a pipe, /dev/zero) is read only up to one byte past the limit.
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec && std::filesystem::is_regular_file(path, ec) && size > kMaxConfigBytes)
-    throw too_big(fmt::format(": it has {} bytes", size));
+  if (in.regular() && in.size() > kMaxConfigBytes) throw too_big(fmt::format(": it has {} bytes", in.size()));
   std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
-  text.resize(static_cast<size_t>(in.gcount()));
+  const int64_t got = in.read(text.data(), text.size());
+  if (got < 0) throw ConfigError(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  text.resize(static_cast<size_t>(got));
   if (text.size() > kMaxConfigBytes) throw too_big("");
   return parse_config(text, path, overrides);
 }

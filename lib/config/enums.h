@@ -67,12 +67,15 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 /// core/optimizer_kind.h's names (one list for the fused updates and the config).
 #define MPX_OPTIMIZERS(X) MPX_OPTIMIZER_ROWS(X)
 #define MPX_SCHEDULES(X) \
-  X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau")
+  X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau") \
+  X(Triangular, "triangular")
 #define MPX_SYNC_MODES(X) X(Auto, "auto") X(Step, "step") X(Log, "log")
 #define MPX_EVAL_POLICIES(X) X(Same, "same") X(Float32, "float32")
 #define MPX_OVERLAP_MODES(X) X(Auto, "auto") X(On, "on") X(Off, "off")
 #define MPX_CONV_ALGOS(X) X(Heuristic, "heuristic") X(Search, "search")
 #define MPX_CPU_WINOGRAD(X) X(Auto, "auto") X(Off, "off") X(On, "on") X(F2, "f2")
+#define MPX_PAD_MODES(X) X(Zeros, "zeros") X(Reflect, "reflect")
+#define MPX_FLIP_MODES(X) X(Random, "random") X(Alternating, "alternating")
 // clang-format on
 
 MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
@@ -90,6 +93,10 @@ MPX_DEFINE_ENUM(EvalPolicy, MPX_EVAL_POLICIES)
 MPX_DEFINE_ENUM(OverlapMode, MPX_OVERLAP_MODES)
 MPX_DEFINE_ENUM(ConvAlgo, MPX_CONV_ALGOS)
 MPX_DEFINE_ENUM(CpuWinograd, MPX_CPU_WINOGRAD)
+/// data.augment.padding_mode: what the random crop sees outside the image.
+MPX_DEFINE_ENUM(PadMode, MPX_PAD_MODES)
+/// data.augment.flip_mode: a fresh coin every epoch, or each image's first coin alternated.
+MPX_DEFINE_ENUM(FlipMode, MPX_FLIP_MODES)
 
 /// The config spelling of `e` ("conv2d", "mixed_float16", ...).
 template <class E>

@@ -128,6 +128,7 @@ class Converter {
       throw ConfigError(fmt::format("{}: {}: the YAML expands to more than {} nodes (aliases of aliases?); "
                                     "a config needs far fewer",
                                     where(source_, out.origin), path.empty() ? "config" : path, kMaxYamlNodes));
+    check_tag(n.Tag(), out.origin, path);
     switch (n.Type()) {
       case YAML::NodeType::Undefined:
       case YAML::NodeType::Null:
@@ -155,6 +156,7 @@ class Converter {
           if (!kv.first.IsScalar())
             throw ConfigError(fmt::format("{}: a mapping key must be a plain name", where(source_, ko)));
           const std::string key = kv.first.Scalar();
+          check_tag(kv.first.Tag(), ko, path);
           check_utf8(key, ko, path, "key");
           const std::string child = path.empty() ? clip(key) : path + "." + clip(key);
           if (out.find(key) != nullptr)
@@ -169,9 +171,24 @@ class Converter {
   }
 
  private:
+  /// An explicit tag ("!!map", "!!str", "!custom") is refused: a key's type comes from the
+  /// schema, and a tag that mpx ignored would silently mean something else than written.
+  /// yaml-cpp gives "?" (plain) or "!" (quoted) for an untagged node.
+  void check_tag(const std::string& tag, const Origin& o, const std::string& path) const {
+    if (tag.empty() || tag == "?" || tag == "!") return;
+    static const std::string kCore = "tag:yaml.org,2002:";
+    const std::string shown = tag.rfind(kCore, 0) == 0 ? "!!" + tag.substr(kCore.size()) : tag;
+    throw ConfigError(fmt::format("{}: {}: the YAML tag '{}' is not supported: a config's types come from its "
+                                  "keys; remove the tag",
+                                  where(source_, o), path.empty() ? "config" : path, clip(shown, 40)));
+  }
+
   void check_utf8(const std::string& s, const Origin& o, const std::string& path, const char* what) const {
     const size_t bad = utf8_error_at(s);
-    if (bad == std::string::npos) return;
+    if (bad == std::string::npos) {
+      check_controls(s, o, path, what);
+      return;
+    }
     const std::string prefix = clip(s.substr(0, bad), 40);
     throw ConfigError(fmt::format("{}: {}: the {} is not valid UTF-8: byte 0x{:02X} at byte {} of it{} "
                                   "(save the file as UTF-8)",
@@ -180,10 +197,66 @@ class Converter {
                                   prefix.empty() ? std::string() : ", after '" + prefix + "'"));
   }
 
+  /// A NUL, tab, line break or other control character (U+0000-U+001F, U+007F-U+009F) in a
+  /// key or value: C strings would cut a path at a NUL, and a message or a log line would
+  /// carry the rest. `s` is valid UTF-8 here.
+  void check_controls(const std::string& s, const Origin& o, const std::string& path, const char* what) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    for (size_t i = 0; i < s.size(); ++i) {
+      unsigned cp = p[i];
+      if (cp == 0xC2 && i + 1 < s.size() && p[i + 1] <= 0x9F) cp = p[i + 1];  // U+0080-U+009F: C2 80..9F
+      else if (cp >= 0x20 && cp != 0x7F) continue;
+      const std::string prefix = clip(s.substr(0, i), 40);
+      throw ConfigError(fmt::format("{}: {}: the {} holds the control character U+{:04X}{} at byte {} of it{}; "
+                                    "keys and values are printable text",
+                                    where(source_, o), path.empty() ? "config" : path, what, cp,
+                                    cp == 0 ? " (NUL)" : cp == 9 ? " (tab)" : cp == 10 ? " (line feed)" : "", i,
+                                    prefix.empty() ? std::string() : ", after '" + prefix + "'"));
+    }
+  }
+
   const std::string& source_;
   const std::string& ov_;
   size_t& nodes_;
 };
+
+}  // namespace
+
+namespace {
+
+/// The text as a whole must be UTF-8: yaml-cpp would otherwise detect UTF-16 or UTF-32
+/// (with or without a byte-order mark) and convert it, so a file that docs/inputs.md
+/// refuses would load. Such text holds NUL bytes (every ASCII character has one), as do
+/// binary files; a NUL is never part of UTF-8 text.
+void check_text_encoding(const std::string& text, const std::string& src, const std::string& at, bool is_override) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  const char* bom = nullptr;
+  if (n >= 4 && ((p[0] == 0 && p[1] == 0 && p[2] == 0xFE && p[3] == 0xFF) ||
+                 (p[0] == 0xFF && p[1] == 0xFE && p[2] == 0 && p[3] == 0)))
+    bom = "UTF-32";
+  else if (n >= 2 && ((p[0] == 0xFE && p[1] == 0xFF) || (p[0] == 0xFF && p[1] == 0xFE)))
+    bom = "UTF-16";
+  if (bom != nullptr)
+    throw ConfigError(fmt::format("{}: the text starts with a {} byte-order mark: mpx reads UTF-8 only (save the "
+                                  "file as UTF-8)",
+                                  at, bom));
+  const size_t nul = text.find('\0');
+  if (nul == std::string::npos) return;
+  if (is_override) throw ConfigError(fmt::format("{}: the value holds a NUL byte at byte {}", at, nul));
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < nul; ++i) {
+    if (p[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  throw ConfigError(fmt::format("{}:{}:{}: the file holds a NUL byte (byte offset {}), so it is not UTF-8 text: "
+                                "a UTF-16 or UTF-32 file, or not a config at all? (save the file as UTF-8)",
+                                src, line, col, nul));
+}
 
 }  // namespace
 
@@ -194,6 +267,7 @@ YNode parse_yaml_tree(const std::string& text, const std::string& source, const 
   if (text.size() > kMaxConfigBytes)
     throw ConfigError(fmt::format("{}: the YAML text has {} bytes, more than the limit of {} bytes (1 MiB)", at,
                                   text.size(), kMaxConfigBytes));
+  check_text_encoding(text, src, at, !override_text.empty());
   YAML::Node doc;
   try {
     std::istringstream in(text);

@@ -75,6 +75,9 @@ class Loader {
   /// Records per epoch actually handed out (all, or full batches only with drop_last).
   int64_t records_per_epoch() const;
   int64_t batch_size() const { return batch_size_; }
+  /// Whether record `index` is mirrored in the current epoch (data.augment.horizontal_flip
+  /// and flip_mode); a pure function of (seed, epoch, index).
+  bool flips(int64_t index) const;
 
  private:
   const Dataset& ds_;
@@ -88,6 +91,7 @@ class Loader {
   uint64_t augment_seed_ = 0;  // per-epoch key of the augmentation hash
 
   void copy_record(int64_t index, uint8_t* dst) const;
+  uint64_t epoch_augment_seed(int64_t epoch) const;
 };
 
 }  // namespace mpx

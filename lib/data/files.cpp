@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "data/readers.h"
 
 namespace mpx::data {
@@ -54,6 +55,11 @@ struct FileCloser {
 class ContentReader {
  public:
   explicit ContentReader(const std::string& path) : path_(path) {
+    // A FIFO or device would block fopen() or never end (docs/inputs.md, "Files that are not
+    // regular files"): judged by stat(), which opens nothing.
+    struct stat lst {};
+    if (::stat(path.c_str(), &lst) == 0 && !S_ISREG(lst.st_mode))
+      throw DataError(path + ": cannot read: it is " + file_kind_name(lst.st_mode) + ", not a regular file");
     f_.reset(std::fopen(path.c_str(), "rb"));
     if (!f_) throw DataError(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};

@@ -23,6 +23,13 @@ Loader::Loader(const Dataset& ds, int64_t batch_size, bool shuffle, bool drop_la
     throw ConfigError("data.augment.random_crop_padding must be >= 0, got " +
                       std::to_string(augment_.random_crop_padding));
   }
+  if (augment_.padding_mode == PadMode::Reflect && augment_.random_crop_padding > 0 &&
+      (augment_.random_crop_padding >= ds_.H || augment_.random_crop_padding >= ds_.W)) {
+    throw ConfigError("data.augment.padding_mode: reflect needs data.augment.random_crop_padding (" +
+                      std::to_string(augment_.random_crop_padding) + ") smaller than the image's height and width (" +
+                      std::to_string(ds_.H) + "x" + std::to_string(ds_.W) +
+                      "): lower the padding or use padding_mode: zeros");
+  }
   if (ds_.size() == 0) throw DataError("data set '" + ds_.name + "' holds no records");
   if (steps_per_epoch() == 0) {
     throw ConfigError("data.drop_last is true and data.batch_size " + std::to_string(batch_size_) + " exceeds the " +
@@ -60,8 +67,33 @@ void Loader::start_epoch(int64_t epoch, int64_t first_step) {
       std::swap(order_[i], order_[j]);
     }
   }
-  augment_seed_ = mix64(seed_ ^ mix64(0x617567ULL + static_cast<uint64_t>(epoch)));  // "aug"
+  augment_seed_ = epoch_augment_seed(epoch);
 }
+
+uint64_t Loader::epoch_augment_seed(int64_t epoch) const {
+  return mix64(seed_ ^ mix64(0x617567ULL + static_cast<uint64_t>(epoch)));  // "aug"
+}
+
+bool Loader::flips(int64_t index) const {
+  if (!augment_.horizontal_flip) return false;
+  const uint64_t key = static_cast<uint64_t>(index) * 4 + 2;
+  if (augment_.flip_mode == FlipMode::Random) return hash_uniform(augment_seed_, key) < 0.5f;
+  // Alternating: epoch 0's coin, inverted on odd epochs (docs/fast-cifar.md, "Augmentation").
+  const bool first = hash_uniform(epoch_augment_seed(0), key) < 0.5f;
+  return first != (epoch_ % 2 == 1);
+}
+
+namespace {
+
+/// Position i of a row of n values padded by reflection about its end values (n > 1, and
+/// |i| < n - 1 past either end: the padding is below the size).
+inline int reflect_index(int i, int n) {
+  if (i < 0) return -i;
+  if (i >= n) return 2 * (n - 1) - i;
+  return i;
+}
+
+}  // namespace
 
 void Loader::copy_record(int64_t index, uint8_t* dst) const {
   const int64_t bytes = ds_.image_bytes();
@@ -80,8 +112,21 @@ void Loader::copy_record(int64_t index, uint8_t* dst) const {
     dy = std::min(static_cast<int>(hash_uniform(augment_seed_, key + 0) * span), span - 1) - pad;
     dx = std::min(static_cast<int>(hash_uniform(augment_seed_, key + 1) * span), span - 1) - pad;
   }
-  const bool flip = augment_.horizontal_flip && hash_uniform(augment_seed_, key + 2) < 0.5f;
+  const bool flip = flips(index);
   const int H = ds_.H, W = ds_.W, C = ds_.C;
+  if (augment_.padding_mode == PadMode::Reflect && pad > 0) {
+    // out(y, x) = in(r(y + dy), r((flip ? W-1-x : x) + dx)) with r the reflection about the
+    // edge pixel: every output pixel is an image pixel.
+    for (int y = 0; y < H; ++y) {
+      uint8_t* out = dst + static_cast<int64_t>(y) * W * C;
+      const uint8_t* row = src + static_cast<int64_t>(reflect_index(y + dy, H)) * W * C;
+      for (int x = 0; x < W; ++x) {
+        const int sx = reflect_index((flip ? W - 1 - x : x) + dx, W);
+        std::memcpy(out + x * C, row + sx * C, static_cast<size_t>(C));
+      }
+    }
+    return;
+  }
   for (int y = 0; y < H; ++y) {
     uint8_t* out = dst + static_cast<int64_t>(y) * W * C;
     const int sy = y + dy;

@@ -2,6 +2,9 @@
 // conv2d: NHWC convolution with a [K, R, S, C] kernel, Keras "same"/"valid"
 // padding (asymmetric when the total is odd), optional bias, fused activation.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 #include "nn/layer.h"
@@ -34,12 +37,21 @@ class Conv2d : public Layer {
       throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
                                     in.str(), p_.R, p_.S, cfg.padding));
     out_shape_ = Shape{P, Q, K};
+    // Accepted (padding same), but the rows and columns past the input only ever meet padding zeros.
+    if (p_.R > H || p_.S > W)
+      spdlog::warn("{}: the {}x{} kernel is larger than its {}x{} input: part of its weights only ever multiply "
+                   "padding zeros; a kernel of at most {}x{} computes the same with fewer parameters",
+                   where(cfg), p_.R, p_.S, H, W, std::min(p_.R, H), std::min(p_.S, W));
     // A device that cannot run this convolution in t stops the run here, at start (exit 2).
     const Support s = c.be->supports_conv2d(p_, with_batch(c.max_batch, in), Shape{K, p_.R, p_.S, C}, t);
     if (!s.ok)
       throw ConfigError(fmt::format("{}: the device cannot run this convolution in {}: {}. Use policy float32, or "
                                     "dtype: float32 on this layer",
                                     where(cfg), dtype_name(t), s.reason));
+    if (!s.input_grad)
+      no_input_grad_ = fmt::format("{}: the device cannot compute this convolution's input gradient in {}: {}. Use "
+                                   "policy float32, or dtype: float32 on this layer",
+                                   where(cfg), dtype_name(t), s.input_grad_reason);
     const int64_t rs = int64_t{p_.R} * p_.S;
     kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot,
                           {ExportLayout::ConvKernel, "weight"}, rs * C, rs * K);
@@ -51,6 +63,13 @@ class Conv2d : public Layer {
     if (is_16bit(t)) c.need_scratch(K * rs * C, K);
     y_ = c.plan(t, out_shape_, name() + " output", true);
     act_.plan(c, cfg, is_last, t, out_shape_);
+  }
+
+  // Only a layer whose input gradient is computed (every one but the first) plans it; that is
+  // where a device without a backward-data algorithm for this shape stops the run (exit 2).
+  void plan_dx(Context& c) override {
+    if (!no_input_grad_.empty()) throw ConfigError(no_input_grad_);
+    Layer::plan_dx(c);
   }
 
   bool ends_in_relu() const override { return act_.is_relu(); }
@@ -82,6 +101,7 @@ class Conv2d : public Layer {
   int kernel_ = -1, bias_ = -1;
   Planned y_;
   Tensor x_;
+  std::string no_input_grad_;  // why the device cannot run backward data here; empty when it can
 };
 
 }  // namespace

@@ -63,6 +63,10 @@ struct Context {
 
   // Accounting (MemoryReport).
   size_t activation_bytes = 0, workspace_bytes = 0;
+  /// Plan only (`mpx validate`): buffers are counted but not allocated; such a model never runs.
+  bool plan_only = false;
+  /// A buffer of `bytes` on the backend, or an unallocated one of that size under plan_only.
+  Buffer alloc(size_t bytes, const char* what) const;
 
   // The step's settings.
   bool training = false;

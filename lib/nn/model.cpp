@@ -74,7 +74,7 @@ std::string keras_shape(const Shape& s) {
 }  // namespace
 
 Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, int C, int num_classes,
-             int64_t max_batch)
+             int64_t max_batch, bool plan_only)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (policy == Policy::Auto) throw Error("Model: policy 'auto' must be resolved before the model is built");
@@ -88,6 +88,7 @@ Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, i
   m.c.be = &backend;
   m.c.policy = policy;
   m.c.max_batch = max_batch;
+  m.c.plan_only = plan_only;
 
   try {
     m.build(cfg, policy, num_classes);
@@ -96,6 +97,7 @@ Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, i
     if (cfg.source.empty()) throw;
     throw ConfigError(cfg.source + ": " + e.what());
   }
+  if (plan_only) return;  // nothing allocated, so nothing to initialize
   set_input_normalization(std::vector<double>(static_cast<size_t>(C), 0.0),
                           std::vector<double>(static_cast<size_t>(C), 1.0));
   init_params(0);
@@ -103,7 +105,6 @@ Model::Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, i
 
 void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
   Impl& m = *this;
-  Backend& backend = *m.c.be;
   const int H = m.H, W = m.W, C = m.C;
   const LayerConfig& first = cfg.model.layers.front();
   DType d0;
@@ -131,24 +132,24 @@ void Model::Impl::build(const Config& cfg, Policy policy, int num_classes) {
   // The arenas end at an aligned length, so the last layer's gradient range covers them.
   m.c.n_params = nn::align_param(m.c.n_params);
   m.c.n_state = nn::align_param(m.c.n_state);
-  m.master_buf = backend.alloc(static_cast<size_t>(m.c.n_params) * 4, "master weights (float32)");
-  m.grads_buf = backend.alloc(static_cast<size_t>(m.c.n_params) * 4, "weight gradients (float32)");
+  m.master_buf = m.c.alloc(static_cast<size_t>(m.c.n_params) * 4, "master weights (float32)");
+  m.grads_buf = m.c.alloc(static_cast<size_t>(m.c.n_params) * 4, "weight gradients (float32)");
   m.c.master = m.master_buf.view(DType::F32, Shape{m.c.n_params});
   m.c.grads = m.grads_buf.view(DType::F32, Shape{m.c.n_params});
   if (is_16bit(m.c.half)) {
-    m.copy_buf = backend.alloc(static_cast<size_t>(m.c.n_params) * 2, "16-bit compute copy of the weights");
+    m.copy_buf = m.c.alloc(static_cast<size_t>(m.c.n_params) * 2, "16-bit compute copy of the weights");
     m.c.compute_copy = m.copy_buf.view(m.c.half, Shape{m.c.n_params});
     if (m.c.wgrad_scratch_numel > 0) {
-      m.c.wgrad_scratch = backend.alloc(static_cast<size_t>(m.c.wgrad_scratch_numel) * 2, "16-bit weight gradient scratch");
+      m.c.wgrad_scratch = m.c.alloc(static_cast<size_t>(m.c.wgrad_scratch_numel) * 2, "16-bit weight gradient scratch");
       m.c.workspace_bytes += static_cast<size_t>(m.c.wgrad_scratch_numel) * 2;
     }
   }
   if (m.c.n_state > 0) {
-    m.state_buf = backend.alloc(static_cast<size_t>(m.c.n_state) * 4, "batch-norm moving statistics (float32)");
+    m.state_buf = m.c.alloc(static_cast<size_t>(m.c.n_state) * 4, "batch-norm moving statistics (float32)");
     m.c.state = m.state_buf.view(DType::F32, Shape{m.c.n_state});
   }
-  m.mean_buf = backend.alloc(static_cast<size_t>(C) * 4, "input normalization mean");
-  m.std_buf = backend.alloc(static_cast<size_t>(C) * 4, "input normalization std");
+  m.mean_buf = m.c.alloc(static_cast<size_t>(C) * 4, "input normalization mean");
+  m.std_buf = m.c.alloc(static_cast<size_t>(C) * 4, "input normalization std");
   m.mean = m.mean_buf.view(DType::F32, Shape{C});
   m.std = m.std_buf.view(DType::F32, Shape{C});
   m.seq.collect(m.order);
@@ -374,7 +375,7 @@ MemoryReport Model::memory_report() const {
   r.workspace_bytes = c.workspace_bytes;
   r.master_bytes = static_cast<size_t>(c.n_params) * 4;
   r.grad_bytes = static_cast<size_t>(c.n_params) * 4;
-  r.compute_copy_bytes = c.compute_copy.empty() ? 0 : static_cast<size_t>(c.n_params) * 2;
+  r.compute_copy_bytes = is_16bit(c.half) ? static_cast<size_t>(c.n_params) * 2 : 0;  // also under plan_only
   r.state_bytes = static_cast<size_t>(c.n_state) * 4;
   return r;
 }

@@ -96,10 +96,12 @@ class Model {
    * never Policy::Auto), for inputs of shape [H, W, C] and up to `max_batch`
    * records per step, and plans all of its memory on `backend`.
    * Throws ConfigError for shape errors (naming the layer) and for a last
-   * layer whose width differs from num_classes.
+   * layer whose width differs from num_classes. `plan_only` (`mpx validate`):
+   * every buffer is counted in memory_report() but none is allocated; such a
+   * model must never run or be initialized.
    */
   Model(const Config& cfg, Policy policy, Backend& backend, int H, int W, int C, int num_classes,
-        int64_t max_batch);
+        int64_t max_batch, bool plan_only = false);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -69,12 +69,17 @@ void FusedActivation::hand_backward_to_next(Context& c) {
 
 // ---- Context -------------------------------------------------------------------
 
+Buffer Context::alloc(size_t bytes, const char* what) const {
+  if (plan_only) return Buffer(nullptr, nullptr, bytes);  // counted, never touched
+  return be->alloc(bytes, what);
+}
+
 Planned Context::plan(DType t, Shape per_sample, const std::string& what, bool kept) {
   Planned p;
   p.dtype = t;
   p.per_sample = per_sample;
   const size_t bytes = static_cast<size_t>(max_batch * per_sample.numel()) * dtype_size(t);
-  p.buf = be->alloc(bytes, what.c_str());
+  p.buf = alloc(bytes, what.c_str());
   (kept ? activation_bytes : workspace_bytes) += bytes;
   return p;
 }
@@ -84,7 +89,7 @@ Planned Context::plan_flat(DType t, int64_t numel, const std::string& what, bool
   p.dtype = t;
   p.per_sample = Shape{numel};
   const size_t bytes = static_cast<size_t>(numel) * dtype_size(t);
-  p.buf = be->alloc(bytes, what.c_str());
+  p.buf = alloc(bytes, what.c_str());
   (kept ? activation_bytes : workspace_bytes) += bytes;
   return p;
 }

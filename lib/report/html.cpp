@@ -75,6 +75,18 @@ std::string charts(const std::vector<const RunData*>& runs, const std::vector<st
   return o + "</div>\n";
 }
 
+/// How many records metrics.jsonl holds and how many the curves show (docs/inputs.md,
+/// "Run directories": the curves keep at most kMaxCurvePoints of a kind).
+std::string metrics_note(const RunData& r) {
+  std::string o = fmt::format("{} step and {} epoch records", r.step_records, r.epoch_records);
+  if (r.steps.size() < r.step_records || r.epochs.size() < r.epoch_records)
+    o += fmt::format("; the curves show {} and {} of them, evenly spaced, the last included", r.steps.size(),
+                     r.epochs.size());
+  if (r.bad_metrics_lines > 0)
+    o += fmt::format("; {} unreadable line{} skipped", r.bad_metrics_lines, r.bad_metrics_lines == 1 ? "" : "s");
+  return o;
+}
+
 std::string summary_list(const RunData& r) {
   const json& s = r.summary;
   auto field = [&](const char* key) -> std::string {
@@ -82,7 +94,7 @@ std::string summary_list(const RunData& r) {
     if (it == s.end() || it->is_null()) return "-";
     if (it->is_string()) return it->get<std::string>();
     if (it->is_number_float()) return fmt::format("{:.6g}", it->get<double>());
-    return it->dump();
+    return it->dump(-1, ' ', false, json::error_handler_t::replace);
   };
   std::vector<std::pair<std::string, std::string>> items = {
       {"status", r.status},
@@ -100,6 +112,7 @@ std::string summary_list(const RunData& r) {
       {"peak memory", s.contains("peak_memory_bytes") && s["peak_memory_bytes"].is_number_unsigned()
                           ? format_bytes(s["peak_memory_bytes"].get<size_t>())
                           : "-"},
+      {"metrics.jsonl", metrics_note(r)},
       {"folder", r.dir},
   };
   std::string o = "<dl class=\"summary\">";
@@ -120,7 +133,9 @@ std::string runs_table(const std::vector<RunData>& runs) {
     o += fmt::format("<tr data-run=\"{}\">", html_escape(runs[i].name));
     for (size_t j = 0; j < t.columns.size(); ++j) {
       const json& v = t.rows[i][j];
-      const std::string sort_value = v.is_null() ? "" : v.is_string() ? v.get<std::string>() : v.dump();
+      const std::string sort_value = v.is_null()     ? ""
+                                     : v.is_string() ? v.get<std::string>()
+                                                     : v.dump(-1, ' ', false, json::error_handler_t::replace);
       std::string text = html_escape(cell_text(t.columns[j], v));
       if (t.columns[j].key == "run") text = fmt::format("<a href=\"#run-{}\">{}</a>", i, text);
       if (t.columns[j].key == "status")

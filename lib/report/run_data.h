@@ -25,7 +25,17 @@ struct RunData {
   std::string config_text;  // config.yaml as written
   std::vector<nlohmann::json> steps, epochs;  // metrics.jsonl records of kind step / epoch
   int bad_metrics_lines = 0;                  // lines of metrics.jsonl that are not JSON (a cut-off last line)
+  /// The step and epoch records metrics.jsonl holds; `steps` and `epochs` keep at most
+  /// kMaxCurvePoints of each, evenly spaced, and the last one.
+  size_t step_records = 0, epoch_records = 0;
 };
+
+/// What `mpx report` reads of a run directory (docs/inputs.md, "Run directories").
+constexpr size_t kMaxCurvePoints = 2048;          // records of one kind kept per run (decimated beyond)
+constexpr size_t kMaxMetricsLine = 64 * 1024;     // bytes; a longer line counts as unreadable
+constexpr size_t kMaxRecordFields = 64;           // numeric fields kept per record
+constexpr size_t kMaxSummaryBytes = 1024 * 1024;  // summary.json
+constexpr int kMaxJsonDepth = 32;                 // nesting of a summary.json or metrics.jsonl value
 
 /// @brief A folder given to `mpx report` that holds no run, and why.
 struct NotARun {
@@ -41,7 +51,8 @@ struct Loaded {
  * @brief Reads every folder of `dirs`. A folder with summary.json, metrics.jsonl or
  * config.yaml is a run; a folder without them whose sub-folders are runs (a
  * `mpx compare` folder, a sweep's parent) stands for those runs, in name order;
- * anything else is a NotARun with the reason. Never throws for a bad folder.
+ * anything else is a NotARun with the reason. A run file that is not a regular file or
+ * is larger than its limit throws DataError naming it; nothing else throws for a bad folder.
  */
 Loaded load_runs(const std::vector<std::string>& dirs);
 

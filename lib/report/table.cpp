@@ -54,7 +54,7 @@ std::string md_field(const std::string& s) {
 std::string raw_text(const json& v) {
   if (v.is_null()) return "";
   if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -70,7 +70,7 @@ std::string cell_text(const Column& c, const json& v) {
     if (c.key == "images_per_sec" || c.key == "wall_seconds") return fmt::format("{:.1f}", d);
     return fmt::format("{:g}", d);
   }
-  return v.dump();
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Table run_table(const std::vector<RunData>& runs) {
@@ -111,7 +111,9 @@ std::string format_table(const Table& t, TableFormat f) {
       for (size_t j = 0; j < nc; ++j) o[t.columns[j].key] = row[j];
       arr.push_back(o);
     }
-    return arr.dump(2) + "\n";
+    // Text from run files is not always valid UTF-8 (nlohmann::json accepts it in keys and
+    // values): such bytes are written as U+FFFD rather than failing the whole table.
+    return arr.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
   }
   if (f == TableFormat::Csv) {
     for (size_t j = 0; j < nc; ++j) out += (j ? "," : "") + csv_field(t.columns[j].key);

@@ -3,6 +3,7 @@
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "train/run_dir.h"
 
 namespace fs = std::filesystem;
@@ -196,6 +198,12 @@ Checkpoint load_checkpoint(const std::string& path) {
   // Read piece by piece, each piece's size checked against the file size
   // before it is allocated: a damaged length field cannot ask for more memory
   // than the file holds.
+  // A FIFO or device would block the open below or stream without a size (docs/inputs.md,
+  // "Files that are not regular files"): judged by stat(), which opens nothing.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw DataError(fmt::format("cannot read checkpoint '{}': it is {}, not a regular file", path,
+                                file_kind_name(st.st_mode)));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError("cannot open checkpoint '" + path + "': " + std::strerror(errno));
   std::error_code ec;
@@ -316,6 +324,10 @@ std::string resolve_checkpoint_path(const std::string& arg) {
     if (fs::is_regular_file(p / "last.ckpt", ec)) return (p / "last.ckpt").string();
     throw ConfigError("--resume '" + arg + "': the folder holds no checkpoints/last.ckpt (is it a run directory?)");
   }
+  struct stat st {};
+  if (::stat(arg.c_str(), &st) == 0)  // exists, but is neither: a FIFO, a device (never opened)
+    throw DataError("--resume '" + arg + "': it is " + file_kind_name(st.st_mode) +
+                    ", not a checkpoint file or a run directory");
   throw ConfigError("--resume '" + arg + "': no such file or run directory");
 }
 

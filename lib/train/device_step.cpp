@@ -201,7 +201,7 @@ class DeviceStepper final : public Stepper {
     const Tensor logits =
         p_.model.forward(in_images(s, n), true, p_.dropout_seed, static_cast<uint64_t>(global_step));
     p_.be.softmax_cross_entropy_scaled(logits, in_labels(s, n), state_tensor(), 1.0, p_.bb.loss(), p_.bb.correct(),
-                                       dl);
+                                       dl, static_cast<float>(p_.cfg.train.label_smoothing));
     p_.model.backward(dl);
     const bool params = p_.model.num_params() > 0;
     if (global_step == p_.inject_step && params) {

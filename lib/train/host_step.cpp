@@ -102,7 +102,7 @@ class HostStepper final : public Stepper {
       // when the shards are equal, and with one rank).
       const double w = world_ > 1 ? static_cast<double>(n) * world_ / static_cast<double>(global_n) : 1.0;
       p_.be.softmax_cross_entropy(logits, y, static_cast<float>(p_.scaler.scale() * w), p_.bb.loss(), p_.bb.correct(),
-                                  dl);
+                                  dl, static_cast<float>(p_.cfg.train.label_smoothing));
       p_.be.download(&loss, p_.bb.loss());
       p_.be.download(&correct, p_.bb.correct());
       if (p_.cfg.debug.check_numerics) {

@@ -17,8 +17,8 @@ namespace mpx {
 json json_number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
-  f_ = std::fopen(path.c_str(), append ? "ab" : "wb");
-  if (!f_) throw IoError("cannot open '" + path + "' for writing: " + std::strerror(errno));
+  f_ = open_for_writing(path, append);
+  if (!f_) throw IoError("cannot open '" + path + "' for writing: " + open_for_writing_error(errno));
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -18,6 +18,7 @@ LrSchedule::LrSchedule(const ScheduleConfig& cfg, double base_lr, int64_t epochs
     case ScheduleName::Step: kind_ = Kind::Step; break;
     case ScheduleName::Cosine: kind_ = Kind::Cosine; break;
     case ScheduleName::ReduceOnPlateau: kind_ = Kind::Plateau; break;
+    case ScheduleName::Triangular: kind_ = Kind::Triangular; break;
   }
   if (kind_ == Kind::Step && cfg.step_epochs <= 0)
     throw ConfigError("schedule.step_epochs must be > 0, got " + std::to_string(cfg.step_epochs));
@@ -45,6 +46,20 @@ double LrSchedule::lr(int64_t step) const {
       break;
     }
     case Kind::Plateau: lr = st_.plateau_lr; break;
+    case Kind::Triangular: {
+      // Linear from start_factor at step 0 to 1 at step K = round(peak_fraction * T), then to
+      // end_factor at step T = epochs * steps_per_epoch (airbench's np.interp over 0, K, T).
+      const int64_t total = epochs_ * steps_per_epoch_;
+      const int64_t peak = std::llround(cfg_.peak_fraction * static_cast<double>(total));
+      const double t = static_cast<double>(std::clamp<int64_t>(step, 0, total));
+      double f;
+      if (t <= static_cast<double>(peak))
+        f = peak > 0 ? cfg_.start_factor + (1.0 - cfg_.start_factor) * t / static_cast<double>(peak) : 1.0;
+      else
+        f = 1.0 + (cfg_.end_factor - 1.0) * (t - static_cast<double>(peak)) / static_cast<double>(total - peak);
+      lr = base_lr_ * f;
+      break;
+    }
   }
   if (step < warmup_steps_) lr *= static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
   return lr;

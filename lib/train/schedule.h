@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Learning-rate schedules: constant, step, cosine and reduce_on_plateau (Keras
-// ReduceLROnPlateau on the test loss), each with an optional linear warm-up.
+// Learning-rate schedules: constant, step, cosine, reduce_on_plateau (Keras
+// ReduceLROnPlateau on the test loss) and triangular, each with an optional linear warm-up.
 // lr() is a pure function of the global step plus the plateau state, so a
 // resumed run continues with exactly the same rates.
 #pragma once
@@ -26,7 +26,9 @@ struct ScheduleState {
  *  - constant: base; step: base * gamma^floor(epoch / step_epochs) with
  *    epoch = step / steps_per_epoch; cosine: min_lr + (base - min_lr) *
  *    (1 + cos(pi * p)) / 2 with p = (step - W) / (epochs * steps_per_epoch - W)
- *    clamped to [0, 1]; reduce_on_plateau: the current plateau rate.
+ *    clamped to [0, 1]; reduce_on_plateau: the current plateau rate; triangular:
+ *    base * f(step), f linear through (0, start_factor), (K, 1) and (T, end_factor)
+ *    with T = epochs * steps_per_epoch and K = round(peak_fraction * T).
  */
 class LrSchedule {
  public:
@@ -44,7 +46,7 @@ class LrSchedule {
   double base_lr() const { return base_lr_; }
 
  private:
-  enum class Kind { Constant, Step, Cosine, Plateau };
+  enum class Kind { Constant, Step, Cosine, Plateau, Triangular };
   ScheduleConfig cfg_;
   Kind kind_ = Kind::Constant;
   double base_lr_;

@@ -146,6 +146,10 @@ std::unique_ptr<Model> Session::make_model(int64_t batch, Policy policy, const C
   return m;
 }
 
+std::unique_ptr<Model> Session::plan_model(int64_t batch) const {
+  return std::make_unique<Model>(cfg_, cfg_.policy, *backend_, H_, W_, C_, K_, batch, true);
+}
+
 std::string Session::init_weights(Model& m, const std::string& weights, const std::string& checkpoint) {
   m.init_params(cfg_.seed);
   if (!weights.empty()) {

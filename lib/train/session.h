@@ -49,6 +49,8 @@ class Session {
   /// config's) input normalization; `policy` overrides the resolved one.
   std::unique_ptr<Model> make_model(int64_t batch) const;
   std::unique_ptr<Model> make_model(int64_t batch, Policy policy, const Config& cfg) const;
+  /// The model's layers and memory plan for `batch`, with nothing allocated (`mpx validate`).
+  std::unique_ptr<Model> plan_model(int64_t batch) const;
 
   /// Initial weights of `m`: the safetensors file `weights`, else the checkpoint
   /// (file or run directory) `checkpoint`, else weights.init_from, else the seeded

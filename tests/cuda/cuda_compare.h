@@ -20,10 +20,13 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/float_bits.h"
+#include "support/pool_bound.h"
 
 namespace cudatest {
 
 using namespace mpx;
+using support::gamma32;
+using support::rounded_bound;
 
 /// The GPU backend's cuDNN/cuBLASLt workspace: MPX_TEST_CUDA_WORKSPACE_MB when set (the staged
 /// GPU check's compute-sanitizer reruns keep it small, docs/gpu.md), else the default.
@@ -179,6 +182,36 @@ inline void expect_bits(const Dual& d, const std::string& what) {
   }
   INFO(msg.str());
   CHECK(first == n);
+}
+
+/// Each backend's output element i within bound[i] of the float64 reference ref[i] (the
+/// ops whose two implementations may sum in different orders: docs/gpu.md, "What the CUDA
+/// tests compare"); reports the worst element against its bound.
+inline void expect_within(const Dual& d, const std::vector<double>& ref, const std::vector<double>& bound,
+                          const std::string& what) {
+  REQUIRE(ref.size() == static_cast<size_t>(d.s.numel()));
+  REQUIRE(bound.size() == ref.size());
+  for (int side = 0; side < 2; ++side) {
+    const std::vector<float> v = floats(side == 0 ? *be().cpu : *be().gpu, side == 0 ? d.c : d.g);
+    size_t bad = v.size(), worst = 0;
+    double worst_ratio = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double e = std::fabs(static_cast<double>(v[i]) - ref[i]);
+      if (!(e <= bound[i]) && bad == v.size()) bad = i;
+      const double r = bound[i] > 0 ? e / bound[i] : (e > 0 ? INFINITY : 0);
+      if (r > worst_ratio || std::isnan(r)) {
+        worst_ratio = r;
+        worst = i;
+      }
+    }
+    std::ostringstream msg;
+    msg << what << " " << dtype_name(d.t) << d.s.str() << " on " << (side == 0 ? "cpu" : "cuda")
+        << ": worst element " << worst << " = " << (v.empty() ? 0.f : v[worst]) << " against float64 "
+        << (ref.empty() ? 0.0 : ref[worst]) << " (error " << worst_ratio << " of its bound)";
+    if (bad != v.size()) msg << "; first out of bound: element " << bad;
+    INFO(msg.str());
+    CHECK(bad == v.size());
+  }
 }
 
 inline const std::vector<DType>& float_dtypes() {

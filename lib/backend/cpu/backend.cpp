@@ -281,10 +281,10 @@ class CpuBackend final : public Backend {
     cpu::batch_norm_backward(ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
   }
   void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  const Tensor& loss_sum_out, const Tensor& correct_out,
-                                  const Tensor& dlogits) override {
+                                  const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                                  float label_smoothing) override {
     MPX_OP_TIMER("softmax_cross_entropy");
-    cpu::softmax_cross_entropy(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
+    cpu::softmax_cross_entropy(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits, label_smoothing);
   }
   void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
                             const Tensor& y) override {
@@ -313,10 +313,10 @@ class CpuBackend final : public Backend {
   // op is its host-driven twin with the scale, verdict, lr and t read from there.
   void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                          double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                         const Tensor& dlogits) override {
+                                         const Tensor& dlogits, float label_smoothing) override {
     MPX_OP_TIMER("softmax_cross_entropy");
     cpu::softmax_cross_entropy(logits, labels, step_grad_scale(*state.as<const StepState>(), weight), loss_sum_out,
-                               correct_out, dlogits);
+                               correct_out, dlogits, label_smoothing);
   }
   void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                     int world) override {

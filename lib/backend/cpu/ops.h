@@ -69,7 +69,7 @@ void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
 
 // loss.cpp
 void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, const Tensor& loss_sum_out,
-                           const Tensor& correct_out, const Tensor& dlogits);
+                           const Tensor& correct_out, const Tensor& dlogits, float label_smoothing);
 
 // dropout.cpp
 void dropout_forward(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,

@@ -243,8 +243,8 @@ void CudaBackend::batch_norm_backward_impl(const Tensor& x, const Tensor& dy, co
 }
 void CudaBackend::softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
                                              const Tensor& loss_sum_out, const Tensor& correct_out,
-                                             const Tensor& dlogits) {
-  cuda::softmax_cross_entropy(*ctx_, logits, labels, grad_scale, loss_sum_out, correct_out, dlogits);
+                                             const Tensor& dlogits, float label_smoothing) {
+  cuda::softmax_cross_entropy(*ctx_, logits, labels, grad_scale, loss_sum_out, correct_out, dlogits, label_smoothing);
   after_op("softmax_cross_entropy");
 }
 void CudaBackend::dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
@@ -275,8 +275,10 @@ TensorStats CudaBackend::stats_impl(const Tensor& x) {
 
 void CudaBackend::softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                                     double weight, const Tensor& loss_sum_out,
-                                                    const Tensor& correct_out, const Tensor& dlogits) {
-  cuda::softmax_cross_entropy_scaled(*ctx_, logits, labels, state, weight, loss_sum_out, correct_out, dlogits);
+                                                    const Tensor& correct_out, const Tensor& dlogits,
+                                                    float label_smoothing) {
+  cuda::softmax_cross_entropy_scaled(*ctx_, logits, labels, state, weight, loss_sum_out, correct_out, dlogits,
+                                     label_smoothing);
   after_op("softmax_cross_entropy_scaled");
 }
 void CudaBackend::unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,

@@ -75,8 +75,8 @@ class CudaBackend final : public Backend {
                                 const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
                                 const Tensor& dbeta) override;
   void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  const Tensor& loss_sum_out, const Tensor& correct_out,
-                                  const Tensor& dlogits) override;
+                                  const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                                  float label_smoothing) override;
   void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
                             const Tensor& y) override;
   void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override;
@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
   TensorStats stats_impl(const Tensor& x) override;
   void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                          double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                         const Tensor& dlogits) override;
+                                         const Tensor& dlogits, float label_smoothing) override;
   void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                     int world) override;
   void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,

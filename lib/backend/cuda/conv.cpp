@@ -299,16 +299,26 @@ void* workspace(Context& ctx, const ConvPlan& plan) {
 Support probe_conv2d(Context& ctx, const Conv2dParams& p, const Shape& x, const Shape& w, DType t) {
   const Geo g = geometry(p, x, w, t);
   if (g.N == 0 || g.K == 0 || g.C == 0) return {};
+  // Forward and backward filter are needed by every layer; backward data only by a layer
+  // whose input gradient is computed (not the first), so its absence is reported, not fatal.
+  Support out;
   try {
     ConvPlan plan;
     make_descriptors(plan, g, t);
     const AlgoSettings s = ctx.algo_settings();
-    for (ConvOp op : {kConvFwd, kConvBwdData, kConvBwdFilter})
+    for (ConvOp op : {kConvFwd, kConvBwdFilter})
       choose(ctx, op, plan, g, t, ranked(ctx, op, plan, ConvData{}, nullptr), s.budget, s.deterministic);
+    try {
+      choose(ctx, kConvBwdData, plan, g, t, ranked(ctx, kConvBwdData, plan, ConvData{}, nullptr), s.budget,
+             s.deterministic);
+    } catch (const Error& e) {
+      out.input_grad = false;
+      out.input_grad_reason = e.what();
+    }
   } catch (const Error& e) {
     return {false, e.what()};
   }
-  return {};
+  return out;
 }
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,

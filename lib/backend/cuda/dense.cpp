@@ -134,8 +134,9 @@ std::unique_ptr<MatmulPlan> make_plan(const Gemm& g) {
 }
 
 /// Up to kHeuristicCandidates algorithms the heuristic ranks for the plan, best first (empty
-/// when it has none).
-std::vector<cublasLtMatmulHeuristicResult_t> heuristic(Context& ctx, const MatmulPlan& plan, const Gemm& g) {
+/// when it has none); `error` names the status when the heuristic itself fails.
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic(Context& ctx, const MatmulPlan& plan, const Gemm& g,
+                                                       std::string& error) {
   cublasLtMatmulPreference_t pref = nullptr;
   MPX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   std::unique_ptr<void, void (*)(void*)> pref_guard(pref, [](void* p) {
@@ -161,8 +162,10 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic(Context& ctx, const Matmu
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), plan.op, plan.a, plan.b, plan.d, plan.d,
                                                            pref, kHeuristicCandidates, results.data(), &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return {};
-  MPX_CUBLAS_CHECK(st);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    error = std::string("cublasLtMatmulAlgoGetHeuristic: ") + cublasGetStatusString(st);
+    return {};
+  }
   std::vector<cublasLtMatmulHeuristicResult_t> ok;
   for (int i = 0; i < found; ++i)
     if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) ok.push_back(results[static_cast<size_t>(i)]);
@@ -196,20 +199,22 @@ int algo_id(const cublasLtMatmulAlgo_t& algo) {
   return id;
 }
 
-/// The plan of g with the first of the heuristic's candidates that runs; nullptr (reasons in
-/// `failures`) when none does.
-MatmulPlan* build(Context& ctx, const Gemm& g, std::vector<std::string>& failures) {
+/// The plan of g with the first of the heuristic's candidates that runs; its plan is nullptr
+/// (reasons in failures / heuristic_error) when none does.
+PlanAttempt<MatmulPlan> build(Context& ctx, const Gemm& g) {
+  PlanAttempt<MatmulPlan> a;
   std::unique_ptr<MatmulPlan> plan = make_plan(g);
-  const std::vector<cublasLtMatmulHeuristicResult_t> cands = heuristic(ctx, *plan, g);
+  const std::vector<cublasLtMatmulHeuristicResult_t> cands = heuristic(ctx, *plan, g, a.heuristic_error);
   const std::optional<size_t> i = first_that_runs(
-      cands, [&](const cublasLtMatmulHeuristicResult_t& r) { return try_candidate(ctx, *plan, g, r); }, failures);
-  if (!i) return nullptr;
+      cands, [&](const cublasLtMatmulHeuristicResult_t& r) { return try_candidate(ctx, *plan, g, r); }, a.failures);
+  if (!i) return a;
   plan->algo = cands[*i].algo;
   plan->ws_bytes = cands[*i].workspaceSize;
   if (*i > 0)
     spdlog::warn("cuBLASLt: {}: the heuristic's first {} algorithm(s) did not run ({}); using candidate {}",
-                 gemm_what("matmul", g), *i, failures.back(), *i + 1);
-  return plan.release();
+                 gemm_what("matmul", g), *i, a.failures.back(), *i + 1);
+  a.plan = plan.release();
+  return a;
 }
 
 /// D = op(A) op(B) [with g.epilogue]. Returns true when the epilogue ran fused; false when
@@ -222,18 +227,22 @@ bool run_gemm(Context& ctx, DenseOp which, Gemm g) {
       << pointer_alignment(g.pa) << pointer_alignment(g.pb) << pointer_alignment(g.pd)
       << (g.pbias ? pointer_alignment(g.pbias) : 0) << (g.paux ? pointer_alignment(g.paux) : 0);
   MatmulPlan& plan = ctx.plan<MatmulPlan>(key, [&] {
-    std::vector<std::string> failures;
-    MatmulPlan* p = build(ctx, g, failures);
-    if (!p && wanted != CUBLASLT_EPILOGUE_DEFAULT) {
-      spdlog::debug("cuBLASLt: {}: no algorithm with epilogue {} ran; the epilogue runs as a kernel",
-                    gemm_what("matmul", g), static_cast<int>(wanted));
-      g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      failures.clear();
-      p = build(ctx, g, failures);
-    }
+    bool fused = false;
+    const PlanAttempt<MatmulPlan> a = epilogue_or_plain<MatmulPlan>(
+        wanted != CUBLASLT_EPILOGUE_DEFAULT,
+        [&](bool with_epilogue) {
+          if (!with_epilogue && wanted != CUBLASLT_EPILOGUE_DEFAULT) {
+            spdlog::debug("cuBLASLt: {}: no algorithm with epilogue {} ran; the epilogue runs as a kernel",
+                          gemm_what("matmul", g), static_cast<int>(wanted));
+            g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+          }
+          return build(ctx, g);
+        },
+        fused);
+    MatmulPlan* p = a.plan;
     if (!p)
       throw Error(none_ran_message("cuBLASLt: unsupported configuration, no algorithm for " + gemm_what("matmul", g),
-                                   failures));
+                                   a.failures, a.heuristic_error));
     const std::string what = gemm_what(which == kDenseFwd       ? "dense forward"
                                        : which == kDenseBwdData ? "dense backward data"
                                                                 : "dense backward weights",

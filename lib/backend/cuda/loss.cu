@@ -18,10 +18,14 @@ namespace mpx::cuda {
 // One warp per row. row_out[n] = {-log p[label], 1 if argmax == label}. The dlogits factor g is
 // g_host, or, when st is not null, step_grad_scale(*st, weight) / N computed here with the same
 // float operations as the host launcher (grad_scale / float(N)).
+// With label smoothing e > 0 the target is (1 - e) onehot + e / K (cpu/loss.cpp's formulas; the
+// sum of the logits is a warp reduction, so it may differ from the CPU's in its last bits).
 __global__ void softmax_cross_entropy_kernel(const float* __restrict__ z, const int32_t* __restrict__ labels,
                                              int64_t N, int K, float g_host, const StepState* __restrict__ st,
-                                             double weight, float2* __restrict__ row_out, float* __restrict__ dz) {
+                                             double weight, float2* __restrict__ row_out, float* __restrict__ dz,
+                                             float e) {
   const float g = st ? __fdiv_rn(step_grad_scale(*st, weight), static_cast<float>(N)) : g_host;
+  const float keep = 1.0f - e, spread = e / static_cast<float>(K);
   const int lane = threadIdx.x % 32;
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -52,16 +56,23 @@ __global__ void softmax_cross_entropy_kernel(const float* __restrict__ z, const 
     for (int k = lane; k < K; k += 32) s += expf(zi[k] - m);
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
     s = __shfl_sync(0xffffffffu, s, 0);
+    float zsum = 0.0f;
+    if (e > 0.0f) {
+      for (int k = lane; k < K; k += 32) zsum += zi[k];
+      for (int off = 16; off > 0; off /= 2) zsum += __shfl_xor_sync(0xffffffffu, zsum, off);
+    }
     const bool valid = y >= 0 && y < K;
     if (lane == 0) {
       // -log p[y] = log(s) + (m - z[y]): no large lse minus large logit.
-      row_out[n] = valid ? make_float2(logf(s) + (m - zi[y]), arg == y ? 1.0f : 0.0f) : make_float2(NAN, 0.0f);
+      const float row = e > 0.0f ? logf(s) + (keep * (m - zi[y]) + e * (m - zsum / static_cast<float>(K)))
+                                 : logf(s) + (m - zi[y]);
+      row_out[n] = valid ? make_float2(row, arg == y ? 1.0f : 0.0f) : make_float2(NAN, 0.0f);
     }
     if (dz) {
       const float inv = 1.0f / s;
       float* d = dz + n * K;
       for (int k = lane; k < K; k += 32)
-        d[k] = valid ? g * (expf(zi[k] - m) * inv - (k == y ? 1.0f : 0.0f)) : NAN;
+        d[k] = valid ? g * (expf(zi[k] - m) * inv - ((k == y ? keep : 0.0f) + spread)) : NAN;
     }
   }
 }
@@ -98,7 +109,7 @@ namespace {
 // st == nullptr: g is the factor of dlogits; otherwise the kernel derives it from the StepState.
 void launch_softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float g,
                                   const StepState* st, double weight, const Tensor& loss_sum_out,
-                                  const Tensor& correct_out, const Tensor& dlogits) {
+                                  const Tensor& correct_out, const Tensor& dlogits, float e) {
   const int64_t N = logits.shape[0];
   const int K = static_cast<int>(logits.shape[1]);
   auto* rows = static_cast<float2*>(ctx.scratch(kSlotRows, sizeof(float2) * static_cast<size_t>(N > 0 ? N : 1)));
@@ -108,7 +119,8 @@ void launch_softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tens
     const unsigned grid = ctx.grid_for(threads, kThreads);
     softmax_cross_entropy_kernel<<<grid, kThreads, 0, stream>>>(logits.as<const float>(),
                                                                  labels.as<const int32_t>(), N, K, g, st, weight,
-                                                                 rows, dlogits.empty() ? nullptr : dlogits.as<float>());
+                                                                 rows, dlogits.empty() ? nullptr : dlogits.as<float>(),
+                                                                 e);
     MPX_CUDA_LAUNCH_CHECK(stream);
   }
   loss_sum_kernel<<<1, kThreads, 0, stream>>>(rows, N, loss_sum_out.as<float>(), correct_out.as<float>());
@@ -117,17 +129,19 @@ void launch_softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tens
 }  // namespace
 
 void softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float grad_scale,
-                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits) {
+                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                           float label_smoothing) {
   const int64_t N = logits.shape[0];
   const float g = N > 0 ? grad_scale / static_cast<float>(N) : 0.0f;
-  launch_softmax_cross_entropy(ctx, logits, labels, g, nullptr, 0.0, loss_sum_out, correct_out, dlogits);
+  launch_softmax_cross_entropy(ctx, logits, labels, g, nullptr, 0.0, loss_sum_out, correct_out, dlogits,
+                               label_smoothing);
 }
 
 void softmax_cross_entropy_scaled(Context& ctx, const Tensor& logits, const Tensor& labels, const Tensor& state,
                                   double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                  const Tensor& dlogits) {
+                                  const Tensor& dlogits, float label_smoothing) {
   launch_softmax_cross_entropy(ctx, logits, labels, 0.0f, state.as<const StepState>(), weight, loss_sum_out,
-                               correct_out, dlogits);
+                               correct_out, dlogits, label_smoothing);
 }
 
 }  // namespace mpx::cuda

@@ -73,11 +73,12 @@ void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
 
 // loss.cu
 void softmax_cross_entropy(Context& ctx, const Tensor& logits, const Tensor& labels, float grad_scale,
-                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits);
+                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
+                           float label_smoothing);
 /// The same with grad_scale = step_grad_scale(*state, weight) read on the device (StepState).
 void softmax_cross_entropy_scaled(Context& ctx, const Tensor& logits, const Tensor& labels, const Tensor& state,
                                   double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
-                                  const Tensor& dlogits);
+                                  const Tensor& dlogits, float label_smoothing);
 
 // dropout.cu
 void dropout_forward(Context& ctx, const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,

@@ -3,7 +3,10 @@
 // the divisor as Keras does; max routes the gradient to the FIRST maximum) and
 // global average pooling, forward and backward. Own kernels rather than cuDNN:
 // cuDNN wants symmetric padding and does not promise the first-maximum rule. The
-// twin of cpu/pool.cpp, with the same float32 summation order (bit for bit in f32).
+// twin of cpu/pool.cpp: max pooling gives the same bits; average pooling sums in
+// window order and divides by the count, as the CPU's default path (oneDNN) does,
+// which sums in an order of its own, so the two agree within the rounding bound of
+// a float32 sum (docs/gpu.md, "What the CUDA tests compare").
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/pool_geometry.h"
@@ -39,7 +42,7 @@ __global__ void pool_forward_kernel(PGeo g, bool is_max, const T* __restrict__ x
         else
           acc = __fadd_rn(acc, v);
       }
-    if (!is_max) acc = __fmul_rn(acc, __fdiv_rn(1.0f, static_cast<float>((h1 - h0) * (w1 - w0))));
+    if (!is_max) acc = __fdiv_rn(acc, static_cast<float>((h1 - h0) * (w1 - w0)));
     y[i] = from_float<T>(acc);
   }
 }
@@ -79,25 +82,23 @@ __global__ void pool_backward_kernel(PGeo g, bool is_max, const T* __restrict__ 
             }
           if (ah == h && aw == w) acc = __fadd_rn(acc, gy);
         } else {
-          const float inv = __fdiv_rn(1.0f, static_cast<float>((h1 - h0) * (w1 - w0)));
-          acc = __fadd_rn(acc, __fmul_rn(gy, inv));
+          acc = __fadd_rn(acc, __fdiv_rn(gy, static_cast<float>((h1 - h0) * (w1 - w0))));
         }
       }
     dx[i] = from_float<T>(acc);
   }
 }
 
-// One thread per (n, c): the mean over H*W in the CPU's order.
+// One thread per (n, c): the sum over H*W in order, divided by H*W.
 template <typename T>
 __global__ void global_avg_pool_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t N, int64_t HW,
                                                int64_t C) {
-  const float inv = __fdiv_rn(1.0f, static_cast<float>(HW));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N * C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i % C;
     float acc = 0.0f;
     for (int64_t k = 0; k < HW; ++k) acc = __fadd_rn(acc, to_float(x[(n * HW + k) * C + c]));
-    y[i] = from_float<T>(__fmul_rn(acc, inv));
+    y[i] = from_float<T>(__fdiv_rn(acc, static_cast<float>(HW)));
   }
 }
 
