@@ -150,7 +150,7 @@ void install_signal_handlers(int timeout_s) {
 }
 
 /// stdout and stderr are outputs too: a write to either that failed (a full disk, a closed
-/// file) is exit 6, after the command's own outcome (docs/design.md, "Exit codes").
+/// file) is exit 6, after the command's own outcome (docs/design.md, "Errors and exit codes").
 int check_standard_streams(int rc) {
   std::cout.flush();
   errno = 0;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Crash consistency of `mpx train` (docs/testing.md, "Crash consistency"): a real
+// Crash consistency of `mpx train` (docs/testing.md, "Crash consistency and failed writes"): a real
 // training is killed with SIGKILL at many random moments (steps, evaluations,
 // checkpoint writes) and resumed each time. Every checkpoint on disk is whole, each
 // resume starts from the newest one (or a fresh start says none exists), leftover

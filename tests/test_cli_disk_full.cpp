@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Outputs that fail mid-run (docs/testing.md, "Disk full"): a checkpoint write
+// Outputs that fail mid-run (docs/testing.md, "Crash consistency and failed writes"): a checkpoint write
 // that hits the file-size limit (RLIMIT_FSIZE with SIGXFSZ ignored: EFBIG, as a
 // full disk gives ENOSPC; the tests run as root, where permissions stop nothing)
 // and metrics.jsonl or train.log on /dev/full (ENOSPC on every write). Each time

@@ -329,7 +329,7 @@ TEST_CASE("config: bad enum values list the allowed set", "[config]") {
   CHECK(error_of("data: {dataset: imagenet}\nmodel: {layers: [{type: flatten}]}\n") ==
         "x.yaml:1:17: data.dataset: expected one of mnist | fashion_mnist | cifar10 | synthetic, got 'imagenet'");
   CHECK(error_of(with_section("optimizer: {name: rmsprop}\n")) ==
-        "x.yaml:6:19: optimizer.name: expected one of sgd | adam | adamw, got 'rmsprop'");
+        "x.yaml:6:19: optimizer.name: expected one of sgd | adam | adamw | amsgrad, got 'rmsprop'");
   CHECK(error_of(with_section("schedule: {name: cosin}\n")) ==
         "x.yaml:6:18: schedule.name: expected one of constant | step | cosine | reduce_on_plateau | triangular, got "
               "'cosin'; "

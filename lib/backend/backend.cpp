@@ -175,16 +175,16 @@ void Backend::unscale_and_check_state(const Tensor& grads, const Tensor& loss_su
 }
 
 void Backend::optimizer_step_state(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                   const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                   const std::vector<Tensor>& states, const Tensor& compute_copy,
                                    const Tensor& state, const Tensor& lr_dev) {
   const char* op = "optimizer_step_state";
   require_step_state(op, state);
   require_scalar_f32(op, "lr", lr_dev);
-  require_optimizer_args(op, s, master, grads, state1, state2, compute_copy);
+  require_optimizer_args(op, s, master, grads, states, compute_copy);
   MPX_VALIDATE(compute_copy.empty() || is_16bit(compute_copy.dtype), "{}: compute_copy must be 16-bit, got {}", op,
                compute_copy.str());
   if (master.numel() == 0) return;
-  optimizer_step_state_impl(s, master, grads, state1, state2, compute_copy, state, lr_dev);
+  optimizer_step_state_impl(s, master, grads, states, compute_copy, state, lr_dev);
 }
 
 void Backend::loss_scale_update_state(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,

@@ -13,6 +13,7 @@
 
 #include "core/activation.h"
 #include "core/dtype.h"
+#include "core/optimizer_kind.h"
 #include "core/tensor.h"
 #include "backend/device_info.h"
 
@@ -67,9 +68,11 @@ struct PoolParams {
   int out_w(int W) const { return (W + pad_left + pad_right - S) / stride_w + 1; }
 };
 
-/// Hyper-parameters of one fused optimizer pass over a flat arena.
+/// Hyper-parameters of one fused optimizer pass over a flat arena. The optimizers and their
+/// state arenas are declared in core/optimizer_kind.h.
 struct OptimizerStep {
-  enum class Kind : uint8_t { Sgd, Adam, AdamW } kind = Kind::Adam;
+  using Kind = OptimizerKind;
+  Kind kind = Kind::Adam;
   float lr = 1e-3f;
   float momentum = 0.0f;  // SGD
   bool nesterov = false;  // SGD
@@ -282,17 +285,23 @@ class Backend {
   /// Returns true when every value is finite.
   bool unscale_and_check(const Tensor& grads, float inv_scale);
   /// One optimizer update of the whole arena: master (f32), grads (f32, already
-  /// unscaled), state1/state2 (f32; momentum or Adam m/v; state2 unused by SGD and
-  /// may be empty). When compute_copy is not empty (float16/bfloat16, same numel)
-  /// it receives the rounded new weights in the same pass.
+  /// unscaled), states (f32, each master's length): the kind's state arenas in the order
+  /// core/optimizer_kind.h lists them (SGD: momentum, empty without momentum; Adam: m, v).
+  /// When compute_copy is not empty (float16/bfloat16, same numel) it receives the rounded
+  /// new weights in the same pass.
+  void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                      const std::vector<Tensor>& states, const Tensor& compute_copy);
+  /// The same for an optimizer of at most two arenas (state2 is ignored by SGD).
   void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                      const Tensor& state2, const Tensor& compute_copy);
+                      const Tensor& state2, const Tensor& compute_copy) {
+    optimizer_step(s, master, grads, first_arenas(s, state1, state2), compute_copy);
+  }
 
   // ---- reductions ----------------------------------------------------------
   /// min/max/mean|x|/inf/nan/zero counts of any float tensor (synchronous).
   TensorStats stats(const Tensor& x);
 
-  // ---- the step without host synchronisation (docs/design.md "One training step") ----
+  // ---- the step without host synchronisation (docs/design.md "One training step, as data") ----
   // The loss scale, the finiteness verdict, Adam's t and the metrics of the log window
   // live in a StepState in device memory; the host reads it back (download) only every
   // log_every steps. Each op below is the twin of the host-driven op named in its
@@ -307,9 +316,15 @@ class Backend {
   void unscale_and_check_state(const Tensor& grads, const Tensor& loss_sum, const Tensor& state, int world);
   /// Like optimizer_step with lr = *lr_dev (float32 [1] device tensor) and t = state.applied_total + 1
   /// (s.lr and s.t are ignored); does nothing when state.finite is 0.
+  void optimizer_step_state(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                            const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
+                            const Tensor& lr_dev);
+  /// The same for an optimizer of at most two arenas (state2 is ignored by SGD).
   void optimizer_step_state(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
                             const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
-                            const Tensor& lr_dev);
+                            const Tensor& lr_dev) {
+    optimizer_step_state(s, master, grads, first_arenas(s, state1, state2), compute_copy, state, lr_dev);
+  }
   /// The loss-scaler update of one step (train/loss_scaler.cpp, LossScaler::update, on the
   /// device) from state.finite, then the window sums: loss_sum/correct (float32 [1]) of a step
   /// with a finite loss, and `n` records.
@@ -418,7 +433,7 @@ class Backend {
   virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) = 0;
   virtual bool unscale_and_check_impl(const Tensor& grads, float inv_scale) = 0;
   virtual void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                   const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) = 0;
+                                   const std::vector<Tensor>& states, const Tensor& compute_copy) = 0;
   virtual TensorStats stats_impl(const Tensor& x) = 0;
   virtual void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                                  double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
@@ -426,8 +441,14 @@ class Backend {
   virtual void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                             int world) = 0;
   virtual void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                         const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                         const std::vector<Tensor>& states, const Tensor& compute_copy,
                                          const Tensor& state, const Tensor& lr_dev) = 0;
+  /// {state1, state2} cut to the kind's arena count.
+  static std::vector<Tensor> first_arenas(const OptimizerStep& s, const Tensor& state1, const Tensor& state2) {
+    std::vector<Tensor> v{state1, state2};
+    if (optimizer_info(s.kind).num_arenas() < 2) v.resize(static_cast<size_t>(optimizer_info(s.kind).num_arenas()));
+    return v;
+  }
   virtual void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
                                             const Tensor& correct, int64_t n) = 0;
   virtual void* staging_impl(int slot, size_t bytes) = 0;

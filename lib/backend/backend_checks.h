@@ -166,23 +166,28 @@ inline void require_softmax_args(const char* op, const Tensor& logits, const Ten
     require_same_shape(op, "logits", logits, "dlogits", dlogits);
   }
 }
-/// The arena arguments of optimizer_step and its device-state twin.
+/// The arena arguments of optimizer_step and its device-state twin: the state arenas
+/// core/optimizer_kind.h lists for the kind, each float32 and as long as master (SGD's
+/// momentum may be empty without momentum), and none more.
 inline void require_optimizer_args(const char* op, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                            const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
+                                   const std::vector<Tensor>& states, const Tensor& compute_copy) {
   require_f32(op, "master", master);
   require_f32(op, "grads", grads);
   require_same_numel(op, "master", master, "grads", grads);
-  const bool sgd = s.kind == OptimizerStep::Kind::Sgd;
-  if (!sgd || s.momentum != 0.0f || !state1.empty()) {
-    MPX_VALIDATE(!state1.empty(), "{}: state1 is required ({})", op,
-                 sgd ? "SGD with momentum" : "Adam first moment");
-    require_f32(op, "state1", state1);
-    require_same_numel(op, "master", master, "state1", state1);
-  }
-  if (!sgd) {
-    MPX_VALIDATE(!state2.empty(), "{}: state2 (Adam second moment) is required", op);
-    require_f32(op, "state2", state2);
-    require_same_numel(op, "master", master, "state2", state2);
+  const OptimizerInfo& k = optimizer_info(s.kind);
+  const size_t want = static_cast<size_t>(k.num_arenas());
+  const bool plain_sgd = s.kind == OptimizerKind::Sgd && s.momentum == 0.0f;
+  for (size_t i = 0; i < states.size() || i < want; ++i) {
+    const Tensor t = i < states.size() ? states[i] : Tensor();
+    const std::string name = "state" + std::to_string(i + 1);
+    if (i >= want) {
+      MPX_VALIDATE(t.empty(), "{}: {} {} given, but {} keeps {} state arena(s)", op, name, t.str(), k.name, want);
+      continue;
+    }
+    if (t.empty() && plain_sgd) continue;
+    MPX_VALIDATE(!t.empty(), "{}: {} ({} {}) is required", op, name, k.name, k.arenas[i]);
+    require_f32(op, name.c_str(), t);
+    require_same_numel(op, "master", master, name.c_str(), t);
   }
   if (!compute_copy.empty()) {
     MPX_VALIDATE(is_float(compute_copy.dtype), "{}: compute_copy must be a float dtype, got {}", op,

@@ -376,14 +376,14 @@ bool Backend::unscale_and_check(const Tensor& grads, float inv_scale) {
 
 
 void Backend::optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                             const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
+                             const std::vector<Tensor>& states, const Tensor& compute_copy) {
   const char* op = "optimizer_step";
-  require_optimizer_args(op, s, master, grads, state1, state2, compute_copy);
-  if (s.kind != OptimizerStep::Kind::Sgd) {
+  require_optimizer_args(op, s, master, grads, states, compute_copy);
+  if (optimizer_info(s.kind).bias_corrected) {
     MPX_VALIDATE(s.t >= 1, "{}: Adam step t={} must be >= 1", op, s.t);
   }
   if (master.numel() == 0) return;
-  optimizer_step_impl(s, master, grads, state1, state2, compute_copy);
+  optimizer_step_impl(s, master, grads, states, compute_copy);
 }
 
 }  // namespace mpx

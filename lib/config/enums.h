@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/activation.h"
+#include "core/optimizer_kind.h"
 
 namespace mpx {
 
@@ -63,7 +64,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_PADDINGS(X) X(Same, "same") X(Valid, "valid")
 /// core/activation.h's names (one list for the kernels and the config), and softmax.
 #define MPX_ACTIVATIONS(X) MPX_ACTIVATION_ROWS(X) X(Softmax, "softmax")
-#define MPX_OPTIMIZERS(X) X(Sgd, "sgd") X(Adam, "adam") X(AdamW, "adamw")
+/// core/optimizer_kind.h's names (one list for the fused updates and the config).
+#define MPX_OPTIMIZERS(X) MPX_OPTIMIZER_ROWS(X)
 #define MPX_SCHEDULES(X) \
   X(Constant, "constant") X(Step, "step") X(Cosine, "cosine") X(ReduceOnPlateau, "reduce_on_plateau") \
   X(Triangular, "triangular")

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Data-parallel communication (docs/design.md "Beyond one machine"): the Communicator
+// Data-parallel communication (docs/distributed.md): the Communicator
 // interface and its three implementations: one process (no MPI), MPI (host
 // buffers; the CPU path and the bootstrap) and NCCL (device buffers, the GPU path).
 #pragma once

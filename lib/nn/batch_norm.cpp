@@ -25,10 +25,12 @@ class BatchNorm : public Layer {
     epsilon_ = static_cast<float>(cfg.epsilon);
     const int64_t C = in[in.rank - 1];
     out_shape_ = in;
-    gamma_ = c.add_param(name(), "gamma", Shape{C}, true, Init::Ones);
-    beta_ = c.add_param(name(), "beta", Shape{C}, true, Init::Zeros);
-    mean_ = c.add_param(name(), "moving_mean", Shape{C}, false, Init::Zeros);
-    var_ = c.add_param(name(), "moving_variance", Shape{C}, false, Init::Ones);
+    // PyTorch's BatchNorm names: weight, bias, running_mean, running_var.
+    using L = ExportLayout;
+    gamma_ = c.add_param(name(), "gamma", Shape{C}, true, Init::Ones, {L::InputFeatures, "weight"});
+    beta_ = c.add_param(name(), "beta", Shape{C}, true, Init::Zeros, {L::InputFeatures, "bias"});
+    mean_ = c.add_param(name(), "moving_mean", Shape{C}, false, Init::Zeros, {L::InputFeatures, "running_mean"});
+    var_ = c.add_param(name(), "moving_variance", Shape{C}, false, Init::Ones, {L::InputFeatures, "running_var"});
     param_ids_ = {gamma_, beta_, mean_, var_};
     y_ = c.plan(t, in, name() + " output", true);
     saved_mean_ = c.plan_flat(DType::F32, C, name() + " saved mean", true);

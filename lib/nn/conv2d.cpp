@@ -53,10 +53,11 @@ class Conv2d : public Layer {
                                    "policy float32, or dtype: float32 on this layer",
                                    where(cfg), dtype_name(t), s.input_grad_reason);
     const int64_t rs = int64_t{p_.R} * p_.S;
-    kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot, rs * C, rs * K);
+    kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot,
+                          {ExportLayout::ConvKernel, "weight"}, rs * C, rs * K);
     param_ids_.push_back(kernel_);
     if (cfg.use_bias) {
-      bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros);
+      bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros, {ExportLayout::AsIs});
       param_ids_.push_back(bias_);
     }
     if (is_16bit(t)) c.need_scratch(K * rs * C, K);

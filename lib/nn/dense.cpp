@@ -26,10 +26,11 @@ class Dense : public Layer {
                                     "dtype: float32 on this layer",
                                     where(cfg), c.be->info().description, dtype_name(t)));
     out_shape_ = Shape{cout};
-    kernel_ = c.add_param(name(), "kernel", Shape{cout, cin}, true, Init::Glorot, cin, cout);
+    kernel_ = c.add_param(name(), "kernel", Shape{cout, cin}, true, Init::Glorot, {ExportLayout::DenseKernel, "weight"},
+                          cin, cout);
     param_ids_.push_back(kernel_);
     if (cfg.use_bias) {
-      bias_ = c.add_param(name(), "bias", Shape{cout}, true, Init::Zeros);
+      bias_ = c.add_param(name(), "bias", Shape{cout}, true, Init::Zeros, {ExportLayout::AsIs});
       param_ids_.push_back(bias_);
     }
     if (is_16bit(t)) c.need_scratch(cout * cin, cout);

@@ -79,9 +79,9 @@ struct Context {
   Planned plan(DType t, Shape per_sample, const std::string& what, bool kept);
   /// Allocates a buffer of `numel` elements without a batch dimension.
   Planned plan_flat(DType t, int64_t numel, const std::string& what, bool kept);
-  /// Registers a parameter; returns its index in `params`.
+  /// Registers a parameter with its layout in the weights files; returns its index in `params`.
   int add_param(const std::string& layer, const std::string& name, Shape shape, bool trainable, Init init,
-                int64_t fan_in = 0, int64_t fan_out = 0);
+                ParamExport export_as, int64_t fan_in = 0, int64_t fan_out = 0);
   /// The weights a layer of compute dtype `t` reads: the 16-bit copy or the float32 master.
   Tensor weight(int id, DType t) const;
   /// The float32 master / gradient / state view of a parameter.

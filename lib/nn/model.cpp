@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/fnv1a.h"
 #include "core/rng.h"
 #include "nn/layer.h"
 
@@ -57,15 +58,6 @@ struct Model::Impl {
 };
 
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 std::string with_commas(int64_t v) {
   std::string s = std::to_string(v);

@@ -32,6 +32,24 @@ struct LayerInfo {
   int depth = 0;        // nesting inside residual blocks
 };
 
+/// How a parameter's elements are laid out in the weights files of `mpx export` (the table
+/// in train/weights.h). Its layer declares it with the parameter (Context::add_param), so
+/// the export never guesses it from a name or a rank.
+enum class ExportLayout : uint8_t {
+  AsIs,           // one value per output unit or channel (bias): as is in both layouts
+  InputFeatures,  // one value per input feature (batch norm): as is; in the pytorch layout,
+                  // after a flatten of an [H, W, C] map, in its (c, h, w) order
+  ConvKernel,     // [K, R, S, C]: keras [R, S, C, K], pytorch [K, C, R, S]
+  DenseKernel,    // [Cout, Cin]: keras [Cin, Cout]; pytorch as is, the input columns
+                  // of a flatten of an [H, W, C] map in its (c, h, w) order
+};
+
+/// What a layer declares of a parameter for the weights files.
+struct ParamExport {
+  ExportLayout layout = ExportLayout::AsIs;
+  const char* torch_name = nullptr;  // its name in the pytorch layout; nullptr: the mpx (Keras) name
+};
+
 /// One parameter tensor inside an arena (names as Keras: kernel, bias, gamma,
 /// beta, moving_mean, moving_variance). Trainable ones live in master/grads,
 /// the others in state().
@@ -41,6 +59,8 @@ struct ParamInfo {
   Shape shape;          // conv kernel [K, R, S, C]; dense kernel [Cout, Cin]
   int64_t offset = 0;   // elements from the start of its arena
   bool trainable = true;
+  ExportLayout layout = ExportLayout::AsIs;
+  std::string torch_name;  // the name in the pytorch layout
 };
 
 /// A range of the flat gradient arena, in float32 elements.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Precision policy (docs/design.md "Precision semantics"): which dtype a layer
+// Precision policy (docs/design.md "The precision contract"): which dtype a layer
 // computes in, from the model's policy and the layer's `dtype:` override.
 #include <fmt/format.h>
 

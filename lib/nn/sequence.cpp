@@ -95,12 +95,14 @@ Planned Context::plan_flat(DType t, int64_t numel, const std::string& what, bool
 }
 
 int Context::add_param(const std::string& layer, const std::string& name, Shape shape, bool trainable, Init init,
-                       int64_t fi, int64_t fo) {
+                       ParamExport export_as, int64_t fi, int64_t fo) {
   ParamInfo p;
   p.layer = layer;
   p.name = name;
   p.shape = shape;
   p.trainable = trainable;
+  p.layout = export_as.layout;
+  p.torch_name = export_as.torch_name ? export_as.torch_name : name;
   int64_t& end = trainable ? n_params : n_state;
   p.offset = align_param(end);
   end = p.offset + shape.numel();

@@ -14,7 +14,8 @@
 //   offset 16+H   u32      CRC32 (zlib) of the header bytes
 //   offset 20+H   sections, contiguous, in header order, each `count` float32:
 //                 master, state, then opt1..optN: the optimizer's N state arenas
-//                 (empty ones have count 0; SGD writes 1, Adam 2)
+//                 (empty ones have count 0; as many as core/optimizer_kind.h lists:
+//                 SGD writes 1, Adam 2, AMSGrad 3)
 //   file size = 20 + H + 4 * sum(count); each section's CRC32 is in the header.
 #pragma once
 
@@ -65,7 +66,8 @@ struct Checkpoint {
   CheckpointHeader header;
   std::vector<float> master;  // num_params
   std::vector<float> state;   // num_state (batch-norm moving statistics)
-  /// The optimizer's state arenas in its order (Adam: m, v; SGD: momentum, empty without).
+  /// The optimizer's state arenas in core/optimizer_kind.h's order (Adam: m, v; AMSGrad: m, v, v_hat;
+  /// SGD: momentum, empty without).
   std::vector<std::vector<float>> opt;
 };
 

@@ -6,33 +6,29 @@
 
 namespace mpx {
 
-int Optimizer::num_arenas(const OptimizerConfig& cfg) {
-  switch (cfg.name) {
-    case OptimizerName::Sgd: return 1;  // momentum
-    case OptimizerName::Adam:
-    case OptimizerName::AdamW: return 2;  // m, v
-  }
-  return 0;
+namespace {
+// The fused update of `cfg` (core/optimizer_kind.h lists the same names as the config).
+const OptimizerInfo& info_of(const OptimizerConfig& cfg) {
+  const OptimizerInfo* k = find_optimizer(enum_name(cfg.name));
+  if (!k)
+    throw Error(std::string("optimizer '") + enum_name(cfg.name) + "' has no fused update (core/optimizer_kind.h)");
+  return *k;
 }
+}  // namespace
+
+int Optimizer::num_arenas(const OptimizerConfig& cfg) { return info_of(cfg).num_arenas(); }
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, Backend& backend, int64_t num_params)
     : cfg_(cfg), backend_(backend), n_(num_params) {
-  const int arenas = num_arenas(cfg);
-  std::vector<const char*> what = {"optimizer state m", "optimizer state v"};
-  switch (cfg.name) {
-    case OptimizerName::Sgd:
-      kind_ = OptimizerStep::Kind::Sgd;
-      what = {"optimizer momentum"};
-      break;
-    case OptimizerName::Adam: kind_ = OptimizerStep::Kind::Adam; break;
-    case OptimizerName::AdamW: kind_ = OptimizerStep::Kind::AdamW; break;
-  }
+  const OptimizerInfo& k = info_of(cfg);
+  kind_ = k.kind;
   const bool keeps = state_bytes_for(cfg, 1) > 0;
-  states_.resize(static_cast<size_t>(arenas));
-  bufs_.resize(static_cast<size_t>(arenas));
+  states_.resize(static_cast<size_t>(k.num_arenas()));
+  bufs_.resize(states_.size());
   for (size_t i = 0; i < states_.size(); ++i) {
     if (!keeps || n_ == 0) continue;
-    bufs_[i] = backend.alloc(static_cast<size_t>(n_) * sizeof(float), what[i]);
+    const std::string what = std::string("optimizer state ") + k.arenas[i];
+    bufs_[i] = backend.alloc(static_cast<size_t>(n_) * sizeof(float), what.c_str());
     states_[i] = bufs_[i].view(DType::F32, Shape{n_});
     backend.fill(states_[i], 0.0f);
   }
@@ -64,14 +60,13 @@ OptimizerStep Optimizer::step_params(double lr, int64_t t) const {
 }
 
 void Optimizer::step(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, double lr) {
-  backend_.optimizer_step(step_params(lr, applied_ + 1), master, grads, state1(), state2(), compute_copy);
+  backend_.optimizer_step(step_params(lr, applied_ + 1), master, grads, states_, compute_copy);
   ++applied_;
 }
 
 void Optimizer::step_on_device(const Tensor& master, const Tensor& grads, const Tensor& compute_copy,
                                const Tensor& step_state, const Tensor& lr) {
-  backend_.optimizer_step_state(step_params(0.0, 1), master, grads, state1(), state2(), compute_copy, step_state,
-                                lr);
+  backend_.optimizer_step_state(step_params(0.0, 1), master, grads, states_, compute_copy, step_state, lr);
 }
 
 std::vector<std::vector<float>> Optimizer::download_states() const {

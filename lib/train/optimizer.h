@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The optimizer of a run: its state arenas (Adam m/v or SGD momentum, same
-// length as the master arena, allocated once) and the fused update of the
+// The optimizer of a run: its state arenas (as many as core/optimizer_kind.h lists for
+// it, each as long as the master arena, allocated once) and the fused update of the
 // whole arena through Backend::optimizer_step.
 #pragma once
 
@@ -40,11 +40,13 @@ class Optimizer {
   void skip() { ++applied_; }
 
   OptimizerName name() const { return cfg_.name; }
-  /// The state arenas of an optimizer, each as long as the master arena, in checkpoint
-  /// order (SGD: momentum, empty without momentum; Adam/AdamW: m, v).
+  /// The number of state arenas of an optimizer, each as long as the master arena, in
+  /// checkpoint order (core/optimizer_kind.h: SGD momentum, empty without momentum;
+  /// Adam/AdamW m, v; AMSGrad m, v, v_hat).
   static int num_arenas(const OptimizerConfig& cfg);
   /// Bytes of state it keeps for `num_params` parameters (plain SGD keeps none).
   static size_t state_bytes_for(const OptimizerConfig& cfg, int64_t num_params);
+  /// Every state arena, in that order.
   const std::vector<Tensor>& states() const { return states_; }
   /// Momentum (SGD) or m (Adam); empty for SGD without momentum.
   Tensor state1() const { return arena(0); }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The training step (docs/design.md "One training step"): an Engine owns one
+// The training step (docs/design.md "One training step, as data"): an Engine owns one
 // model with its optimizer, loss scaler, batch buffers and gradient sync; a
 // Stepper runs the step on them. Two steppers share one interface:
 //  - the host step (host_step.cpp) reads the loss and the finiteness verdict back

@@ -60,6 +60,25 @@ void find_flatten_origins(const std::vector<LayerConfig>& layers, Shape cur, std
   if (origin_after) *origin_after = origin;
 }
 
+/// The file tensor of a parameter of shape `s` with its axes reordered: file axis i is the
+/// parameter's axis axes[i]. Sets the slot's shape and perm (file element -> parameter element).
+void transpose(const Shape& s, const std::vector<int>& axes, WeightSlot& slot) {
+  MPX_CHECK(static_cast<int>(axes.size()) == s.rank);
+  std::vector<int64_t> stride(axes.size(), 1);  // of the parameter, row-major
+  for (int i = s.rank - 2; i >= 0; --i) stride[static_cast<size_t>(i)] = stride[static_cast<size_t>(i) + 1] * s[i + 1];
+  slot.shape.clear();
+  for (int a : axes) slot.shape.push_back(s[a]);
+  slot.perm.assign(static_cast<size_t>(s.numel()), 0);
+  std::vector<int64_t> idx(axes.size(), 0);  // the file's index, row-major
+  for (int64_t& to : slot.perm) {
+    for (size_t i = 0; i < axes.size(); ++i) to += idx[i] * stride[static_cast<size_t>(axes[i])];
+    for (size_t i = axes.size(); i-- > 0;) {
+      if (++idx[i] < slot.shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+}
+
 /// model column i (h, w, c order) of file column j (c, h, w order) for an [H, W, C] map.
 int64_t nhwc_of_nchw(int64_t j, const Shape& o) {
   const int64_t H = o[0], W = o[1], C = o[2];
@@ -71,63 +90,38 @@ int64_t nhwc_of_nchw(int64_t j, const Shape& o) {
 
 std::vector<WeightSlot> weight_slots(const Model& m, const Config& cfg, const Shape& input, WeightsLayout layout) {
   std::map<std::string, Shape> out_shapes;
-  std::map<std::string, LayerType> types;
-  for (const LayerInfo& li : m.layer_infos()) {
-    out_shapes[li.name] = li.output_shape;
-    types[li.name] = li.type;
-  }
+  for (const LayerInfo& li : m.layer_infos()) out_shapes[li.name] = li.output_shape;
   std::map<std::string, Shape> origins;
   if (layout == WeightsLayout::PyTorch) find_flatten_origins(cfg.model.layers, input, std::nullopt, out_shapes, origins);
 
+  // Each parameter's layout is the one its layer declared (ParamInfo::layout, nn/model.h).
+  using L = ExportLayout;
   std::vector<WeightSlot> slots;
   const std::vector<ParamInfo>& ps = m.params();
   for (size_t i = 0; i < ps.size(); ++i) {
     const ParamInfo& p = ps[i];
     WeightSlot s;
     s.param = i;
-    const bool bn_layer = types.count(p.layer) && types.at(p.layer) == LayerType::BatchNorm;
+    s.shape = dims(p.shape);
     const auto org = origins.find(p.layer);
     if (layout == WeightsLayout::Keras) {
       s.name = p.layer + "/" + p.name;
-      s.shape = dims(p.shape);
-      if (p.name == "kernel" && p.shape.rank == 4) {  // [K, R, S, C] -> [R, S, C, K]
-        const int64_t K = p.shape[0], R = p.shape[1], S = p.shape[2], C = p.shape[3];
-        s.shape = {R, S, C, K};
-        s.perm.resize(static_cast<size_t>(p.shape.numel()));
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t q = 0; q < S; ++q)
-            for (int64_t c = 0; c < C; ++c)
-              for (int64_t k = 0; k < K; ++k)
-                s.perm[static_cast<size_t>(((r * S + q) * C + c) * K + k)] = ((k * R + r) * S + q) * C + c;
-      } else if (p.name == "kernel" && p.shape.rank == 2) {  // [Cout, Cin] -> [Cin, Cout]
-        const int64_t O = p.shape[0], I = p.shape[1];
-        s.shape = {I, O};
-        s.perm.resize(static_cast<size_t>(p.shape.numel()));
-        for (int64_t in = 0; in < I; ++in)
-          for (int64_t o = 0; o < O; ++o) s.perm[static_cast<size_t>(in * O + o)] = o * I + in;
-      }
+      if (p.layout == L::ConvKernel)
+        transpose(p.shape, {1, 2, 3, 0}, s);  // [K, R, S, C] -> [R, S, C, K]
+      else if (p.layout == L::DenseKernel)
+        transpose(p.shape, {1, 0}, s);  // [Cout, Cin] -> [Cin, Cout]
     } else {
-      static const std::map<std::string, std::string> bn = {
-          {"gamma", "weight"}, {"beta", "bias"}, {"moving_mean", "running_mean"}, {"moving_variance", "running_var"}};
-      const bool is_bn = bn_layer && bn.count(p.name);
-      s.name = p.layer + "." + (is_bn ? bn.at(p.name) : p.name == "kernel" ? std::string("weight") : p.name);
-      s.shape = dims(p.shape);
-      if (p.name == "kernel" && p.shape.rank == 4) {  // [K, R, S, C] -> [K, C, R, S]
-        const int64_t K = p.shape[0], R = p.shape[1], S = p.shape[2], C = p.shape[3];
-        s.shape = {K, C, R, S};
-        s.perm.resize(static_cast<size_t>(p.shape.numel()));
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t r = 0; r < R; ++r)
-              for (int64_t q = 0; q < S; ++q)
-                s.perm[static_cast<size_t>(((k * C + c) * R + r) * S + q)] = ((k * R + r) * S + q) * C + c;
-      } else if (p.name == "kernel" && p.shape.rank == 2 && org != origins.end()) {  // reorder input columns
+      s.name = p.layer + "." + p.torch_name;
+      if (p.layout == L::ConvKernel) {
+        transpose(p.shape, {0, 3, 1, 2}, s);  // [K, R, S, C] -> [K, C, R, S]
+      } else if (p.layout == L::DenseKernel && org != origins.end()) {  // reorder input columns
+        MPX_CHECK(p.shape.rank == 2);
         const int64_t O = p.shape[0], I = p.shape[1];
         MPX_CHECK(I == org->second.numel());
         s.perm.resize(static_cast<size_t>(p.shape.numel()));
         for (int64_t o = 0; o < O; ++o)
           for (int64_t j = 0; j < I; ++j) s.perm[static_cast<size_t>(o * I + j)] = o * I + nhwc_of_nchw(j, org->second);
-      } else if (is_bn && org != origins.end()) {
+      } else if (p.layout == L::InputFeatures && org != origins.end()) {
         const int64_t n = p.shape.numel();
         MPX_CHECK(n == org->second.numel());
         s.perm.resize(static_cast<size_t>(n));

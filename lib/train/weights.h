@@ -2,6 +2,8 @@
 // Model weights <-> float32 safetensors files, in the names and tensor layouts
 // of Keras or PyTorch (`mpx export`, `weights.init_from`, `mpx eval --weights`).
 //
+// Each parameter's row is the ExportLayout its layer declares with it (nn/model.h):
+//
 //   mpx parameter (ParamInfo)       keras                           pytorch
 //   conv kernel [K, R, S, C]        <layer>/kernel [R, S, C, K]      <layer>.weight [K, C, R, S]
 //   dense kernel [Cout, Cin]        <layer>/kernel [Cin, Cout]       <layer>.weight [Cout, Cin] (*)

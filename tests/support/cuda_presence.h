@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Whether mpx_cuda_tests may run, skip or must fail (docs/testing.md "CUDA tests"):
+// Whether mpx_cuda_tests may run, skip or must fail (docs/testing.md "The CUDA tests and the GPU check"):
 // the decision from what cudaGetDeviceCount, cudaDriverGetVersion and
 // cudaRuntimeGetVersion said, without CUDA types, so it is tested on any machine
 // (test_backend_cuda_presence.cpp). Skipped only where there is no GPU: no driver

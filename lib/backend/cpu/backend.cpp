@@ -299,10 +299,10 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("unscale_and_check");
     return cpu::unscale_and_check(grads, inv_scale);
   }
-  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                           const Tensor& state2, const Tensor& compute_copy) override {
+  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                           const std::vector<Tensor>& states, const Tensor& compute_copy) override {
     MPX_OP_TIMER("optimizer_step");
-    cpu::optimizer_step(s, master, grads, state1, state2, compute_copy);
+    cpu::optimizer_step(s, master, grads, states, compute_copy);
   }
   TensorStats stats_impl(const Tensor& x) override {
     MPX_OP_TIMER("stats");
@@ -327,15 +327,15 @@ class CpuBackend final : public Backend {
     st.finite = ok ? 1 : 0;
   }
   void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                 const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
-                                 const Tensor& state, const Tensor& lr_dev) override {
+                                 const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
+                                 const Tensor& lr_dev) override {
     MPX_OP_TIMER("optimizer_step");
     const StepState& st = *state.as<const StepState>();
     if (!st.finite) return;
     OptimizerStep u = s;
     u.lr = *lr_dev.as<const float>();
     u.t = st.applied_total + 1;
-    cpu::optimizer_step(u, master, grads, state1, state2, compute_copy);
+    cpu::optimizer_step(u, master, grads, states, compute_copy);
   }
   void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
                                     const Tensor& correct, int64_t n) override {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "backend/device_info.h"
+#include "backend/plan_key.h"
 #include "core/half.h"
 #include "core/env.h"
 #include "core/tensor.h"
@@ -29,28 +30,6 @@ namespace mpx::cpu {
 /// Scratch slots: one float32 buffer each, grown to the largest request and kept.
 enum Slot : int { kSlotX, kSlotW, kSlotB, kSlotY, kSlotDY, kSlotDX, kSlotDW, kSlotDB, kSlotTmp0, kSlotTmp1, kSlotCount };
 
-/// Key of a cached plan: op id, dtypes and every dimension that shapes it.
-struct PlanKey {
-  std::array<int64_t, 28> v{};
-  int n = 0;
-  PlanKey& operator<<(int64_t x) {
-    v[static_cast<size_t>(n++)] = x;
-    return *this;
-  }
-  PlanKey& operator<<(const Shape& s) {
-    *this << s.rank;
-    for (int i = 0; i < s.rank; ++i) *this << s[i];
-    return *this;
-  }
-  bool operator==(const PlanKey& o) const { return n == o.n && v == o.v; }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 1469598103934665603ULL;
-    for (int i = 0; i < k.n; ++i) h = (h ^ static_cast<uint64_t>(k.v[static_cast<size_t>(i)])) * 1099511628211ULL;
-    return static_cast<size_t>(h);
-  }
-};
 
 /// Base class of cached plans (oneDNN primitives with their memory objects).
 struct Plan {

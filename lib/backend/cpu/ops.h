@@ -78,8 +78,8 @@ void dropout_backward(const Tensor& dy, const Tensor& mask, float rate, const Te
 
 // optimizer.cpp
 bool unscale_and_check(const Tensor& grads, float inv_scale);
-void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                    const Tensor& state2, const Tensor& compute_copy);
+void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                    const std::vector<Tensor>& states, const Tensor& compute_copy);
 TensorStats stats(const Tensor& x);
 
 }  // namespace mpx::cpu

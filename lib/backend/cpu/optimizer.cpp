@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The fused passes over the flat float32 arenas: unscale-and-check, the
-// optimizer update (SGD/momentum/Nesterov, Adam, AdamW; Keras formulas) that
+// optimizer update (SGD/momentum/Nesterov, Adam, AdamW, AMSGrad; Keras formulas) that
 // also writes the rounded 16-bit compute copy, and tensor statistics.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/ops.h"
 
@@ -22,12 +23,14 @@ bool unscale_and_check(const Tensor& grads, float inv_scale) {
   return bad == 0;
 }
 
-void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                    const Tensor& state2, const Tensor& compute_copy) {
+void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                    const std::vector<Tensor>& states, const Tensor& compute_copy) {
   float* w = master.as<float>();
   const float* g = grads.as<const float>();
-  float* m = state1.empty() ? nullptr : state1.as<float>();
-  float* v = state2.empty() ? nullptr : state2.as<float>();
+  // The state arenas in core/optimizer_kind.h's order (nullptr where absent).
+  auto arena = [&](size_t i) { return i < states.size() && !states[i].empty() ? states[i].as<float>() : nullptr; };
+  float* m = arena(0);
+  float* v = arena(1);
   const float lr = s.lr, wd = s.weight_decay;
   const bool has_copy = !compute_copy.empty();
   const Tensor copy_t = compute_copy;
@@ -54,29 +57,43 @@ void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& 
   }
 
   // Adam / AdamW (Keras): lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); w -= lr_t * m / (sqrt(v) + eps).
+  // AMSGrad (Keras amsgrad=True): the denominator takes v_hat = max(v_hat, v), its third arena.
   const double t = static_cast<double>(s.t);
   const double b1t = std::pow(static_cast<double>(s.beta1), t), b2t = std::pow(static_cast<double>(s.beta2), t);
   const float lr_t = static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - b2t) / (1.0 - b1t));
   const float b1 = s.beta1, b2 = s.beta2, eps = s.epsilon;
   const bool adamw = s.kind == OptimizerStep::Kind::AdamW;
-  for_blocks(master.numel(), [&](int64_t off, int64_t n) {
-    for (int64_t i = off; i < off + n; ++i) {
-      float wi = w[i];
-      float gi = g[i];
-      if (wd != 0.0f) {
-        if (adamw)
-          wi -= lr * wd * wi;
-        else
-          gi += wd * wi;
+  float* vh = s.kind == OptimizerStep::Kind::Amsgrad ? arena(2) : nullptr;
+  auto pass = [&](auto amsgrad) {
+    for_blocks(master.numel(), [&](int64_t off, int64_t n) {
+      for (int64_t i = off; i < off + n; ++i) {
+        float wi = w[i];
+        float gi = g[i];
+        if (wd != 0.0f) {
+          if (adamw)
+            wi -= lr * wd * wi;
+          else
+            gi += wd * wi;
+        }
+        const float mi = b1 * m[i] + (1.0f - b1) * gi;
+        const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float vd = vi;
+        if constexpr (decltype(amsgrad)::value) {
+          const float hi = vh[i];
+          vd = hi >= vi ? hi : vi;  // a NaN v wins, as tf.maximum
+          vh[i] = vd;
+        }
+        w[i] = wi - lr_t * mi / (std::sqrt(vd) + eps);
       }
-      const float mi = b1 * m[i] + (1.0f - b1) * gi;
-      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      w[i] = wi - lr_t * mi / (std::sqrt(vi) + eps);
-    }
-    if (has_copy) convert(w + off, DType::F32, elem_ptr(copy_t, off), copy_t.dtype, static_cast<size_t>(n));
-  });
+      if (has_copy) convert(w + off, DType::F32, elem_ptr(copy_t, off), copy_t.dtype, static_cast<size_t>(n));
+    });
+  };
+  if (vh)
+    pass(std::true_type{});
+  else
+    pass(std::false_type{});
 }
 
 TensorStats stats(const Tensor& x) {

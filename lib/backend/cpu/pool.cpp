@@ -30,33 +30,13 @@
 #include "core/env.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool_tiled.h"
+#include "backend/pool_geometry.h"
 
 namespace mpx::cpu {
 
 namespace {
 
-struct PGeo {
-  int64_t N, H, W, C, P, Q, R, S;
-  int sh, sw, pt, pl;
-  // Window rows [h0, h1) and columns [w0, w1), clipped to the image.
-  void window(int64_t p, int64_t q, int64_t& h0, int64_t& h1, int64_t& w0, int64_t& w1) const {
-    h0 = p * sh - pt;
-    w0 = q * sw - pl;
-    h1 = std::min(h0 + R, H);
-    w1 = std::min(w0 + S, W);
-    h0 = std::max<int64_t>(h0, 0);
-    w0 = std::max<int64_t>(w0, 0);
-  }
-};
-
-PGeo geometry(const PoolParams& p, const Shape& x) {
-  PGeo g{};
-  g.N = x[0], g.H = x[1], g.W = x[2], g.C = x[3];
-  g.P = p.out_h(static_cast<int>(g.H));
-  g.Q = p.out_w(static_cast<int>(g.W));
-  g.R = p.R, g.S = p.S, g.sh = p.stride_h, g.sw = p.stride_w, g.pt = p.pad_top, g.pl = p.pad_left;
-  return g;
-}
+using PGeo = PoolGeometry;  // backend/pool_geometry.h
 
 constexpr int64_t kChan = 256;  // channels per max-pool backward chunk (stack arrays)
 
@@ -186,23 +166,23 @@ void avg_pool_dnnl(Context& ctx, const AvgGeo& a, const float* in, float* out, b
 }  // namespace
 
 bool max_pool_keeps_argmax(const PoolParams& pp, const Shape& x) {
-  return pp.kind == PoolKind::Max && !reference_loops() && tiled_max(pp, geometry(pp, x));
+  return pp.kind == PoolKind::Max && !reference_loops() && tiled_max(pp, pool_geometry(pp, x));
 }
 
 // Backend::pool_forward and the backward ops checked the geometry (max_pool_keeps_argmax), the
 // argmax's dtype and shape and the tensors' common dtype before calling these.
 void max_pool_forward_argmax(const PoolParams& pp, const Tensor& x, const Tensor& y, const Tensor& argmax) {
-  tiled_max_forward_dispatch(geometry(pp, x.shape), x.data, y.data, x.dtype, static_cast<uint8_t*>(argmax.data));
+  tiled_max_forward_dispatch(pool_geometry(pp, x.shape), x.data, y.data, x.dtype, static_cast<uint8_t*>(argmax.data));
 }
 
 void max_pool_backward_argmax(const PoolParams& pp, const Tensor& y, const Tensor& argmax, const Tensor& dy,
                               const Tensor& dx, bool relu_input) {
-  tiled_max_backward_argmax_dispatch(geometry(pp, dx.shape), y.data, static_cast<const uint8_t*>(argmax.data),
+  tiled_max_backward_argmax_dispatch(pool_geometry(pp, dx.shape), y.data, static_cast<const uint8_t*>(argmax.data),
                                      dy.data, dx.data, relu_input, dx.dtype);
 }
 
 void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {
-  const PGeo g = geometry(pp, x.shape);
+  const PGeo g = pool_geometry(pp, x.shape);
   if (tiled_max(pp, g) && !reference_loops() && x.dtype == y.dtype) {  // 16-bit too: no copies
     tiled_max_forward_dispatch(g, x.data, y.data, x.dtype);
     return;
@@ -243,7 +223,7 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
 void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
                    const Tensor& dx, bool relu_input) {
   MPX_CHECK(!relu_input || pp.kind == PoolKind::Max);
-  const PGeo g = geometry(pp, x.shape);
+  const PGeo g = pool_geometry(pp, x.shape);
   if (tiled_max(pp, g) && !reference_loops() && x.dtype == dy.dtype && dy.dtype == dx.dtype) {  // 16-bit too
     tiled_max_backward_dispatch(g, x.data, dy.data, dx.data, relu_input, x.dtype);
     return;

@@ -261,8 +261,8 @@ bool CudaBackend::unscale_and_check_impl(const Tensor& grads, float inv_scale) {
   return cuda::unscale_and_check(*ctx_, grads, inv_scale);  // synchronous (one 4-byte read back)
 }
 void CudaBackend::optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                      const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
-  cuda::optimizer_step(*ctx_, s, master, grads, state1, state2, compute_copy);
+                                      const std::vector<Tensor>& states, const Tensor& compute_copy) {
+  cuda::optimizer_step(*ctx_, s, master, grads, states, compute_copy);
   after_op("optimizer_step");
 }
 TensorStats CudaBackend::stats_impl(const Tensor& x) {
@@ -287,9 +287,9 @@ void CudaBackend::unscale_and_check_state_impl(const Tensor& grads, const Tensor
   after_op("unscale_and_check_state");
 }
 void CudaBackend::optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                            const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
+                                            const std::vector<Tensor>& states, const Tensor& compute_copy,
                                             const Tensor& state, const Tensor& lr_dev) {
-  cuda::optimizer_step_state(*ctx_, s, master, grads, state1, state2, compute_copy, state, lr_dev);
+  cuda::optimizer_step_state(*ctx_, s, master, grads, states, compute_copy, state, lr_dev);
   after_op("optimizer_step_state");
 }
 void CudaBackend::loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule,

@@ -81,8 +81,8 @@ class CudaBackend final : public Backend {
                             const Tensor& y) override;
   void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override;
   bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override;
-  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
-                           const Tensor& state2, const Tensor& compute_copy) override;
+  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+                           const std::vector<Tensor>& states, const Tensor& compute_copy) override;
   TensorStats stats_impl(const Tensor& x) override;
   void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                          double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
@@ -90,8 +90,8 @@ class CudaBackend final : public Backend {
   void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                     int world) override;
   void optimizer_step_state_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                 const Tensor& state1, const Tensor& state2, const Tensor& compute_copy,
-                                 const Tensor& state, const Tensor& lr_dev) override;
+                                 const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
+                                 const Tensor& lr_dev) override;
   void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
                                     const Tensor& correct, int64_t n) override;
   void* staging_impl(int slot, size_t bytes) override;

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/algo_choice.h"
 #include "backend/cuda/handles.h"
+#include "backend/plan_key.h"
 #include "core/tensor.h"
 
 namespace mpx::cuda {
@@ -39,24 +40,6 @@ enum Slot : int {
   kSlotRows,       // per-row results (loss rows, stats partials)
   kSlotWorkspace,  // the cuDNN / cuBLASLt workspace shared by every plan (one stream)
   kSlotCount
-};
-
-/// Key of a cached plan: op id, dtypes and every dimension that shapes it.
-struct PlanKey {
-  std::array<int64_t, 32> v{};
-  int n = 0;
-  PlanKey& operator<<(int64_t x) {
-    v[static_cast<size_t>(n++)] = x;
-    return *this;
-  }
-  bool operator==(const PlanKey& o) const { return n == o.n && v == o.v; }
-};
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 1469598103934665603ULL;
-    for (int i = 0; i < k.n; ++i) h = (h ^ static_cast<uint64_t>(k.v[static_cast<size_t>(i)])) * 1099511628211ULL;
-    return static_cast<size_t>(h);
-  }
 };
 
 /// Base class of cached plans (descriptors, chosen algorithm, workspace size).

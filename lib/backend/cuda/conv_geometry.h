@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The shape cuDNN sees for one convolution, in plain C++ (no CUDA headers) so the CPU
-// tests check it (docs/gpu.md, "Convolutions"):
+// tests check it (docs/gpu.md, "Convolutions with few channels"):
 //  - asymmetric padding (Keras "same" with an even kernel or a stride > 1): cuDNN gets the
 //    smaller pad of each dimension and the input is padded explicitly by the difference;
 //  - 16-bit operands with a channel count that is not a multiple of 8 (the 1 or 3 channels

@@ -88,7 +88,7 @@ void dropout_backward(Context& ctx, const Tensor& dy, const Tensor& mask, float 
 // optimizer.cu
 bool unscale_and_check(Context& ctx, const Tensor& grads, float inv_scale);
 void optimizer_step(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                    const Tensor& state1, const Tensor& state2, const Tensor& compute_copy);
+                    const std::vector<Tensor>& states, const Tensor& compute_copy);
 TensorStats stats(Context& ctx, const Tensor& x);
 
 // optimizer.cu: the step without host synchronisation (StepState in device memory, no read back)
@@ -97,7 +97,7 @@ void unscale_and_check_state(Context& ctx, const Tensor& grads, const Tensor& lo
                              int world);
 /// optimizer_step with lr = *lr_dev and t = state.applied_total + 1; every thread returns when state.finite is 0.
 void optimizer_step_state(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                          const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
+                          const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
                           const Tensor& lr_dev);
 /// step_state_update (step_state.h) in a one-thread kernel.
 void loss_scale_update_state(Context& ctx, const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,

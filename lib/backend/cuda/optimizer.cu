@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The fused passes over the flat float32 arenas: unscale-and-check (one kernel,
 // one device flag, one 4-byte read back), the optimizer update (SGD/momentum/
-// Nesterov, Adam, AdamW; Keras formulas) that also writes the rounded 16-bit
+// Nesterov, Adam, AdamW, AMSGrad; Keras formulas) that also writes the rounded 16-bit
 // compute copy, and tensor statistics. The twin of cpu/optimizer.cpp: every
 // float32 operation is an explicit _rn intrinsic in the CPU's order, so that nvcc
 // contracts nothing into an FMA and the results are bit for bit the CPU's.
@@ -103,10 +103,12 @@ __global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, f
 }
 
 // Keras Adam/AdamW: w -= lr_t * m / (sqrt(v) + eps), lr_t from the host (double, as the CPU) or
-// from device_step (step_math.h).
+// from device_step (step_math.h). kAmsgrad (Keras amsgrad=True): the denominator takes
+// v_hat = max(v_hat, v), kept in vh (null otherwise).
+template <bool kAmsgrad>
 __global__ void adam_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m,
-                            float* __restrict__ v, float lr, float lr_t, float wd, float b1, float b2, float eps,
-                            bool adamw, void* copy, int copy_kind, int64_t n, DeviceStep dev) {
+                            float* __restrict__ v, float* __restrict__ vh, float lr, float lr_t, float wd, float b1,
+                            float b2, float eps, bool adamw, void* copy, int copy_kind, int64_t n, DeviceStep dev) {
   if (!device_step(dev, true, b1, b2, lr, lr_t)) return;
   const float ob1 = __fsub_rn(1.0f, b1), ob2 = __fsub_rn(1.0f, b2);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -123,7 +125,13 @@ __global__ void adam_kernel(float* __restrict__ w, const float* __restrict__ g, 
     const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
     m[i] = mi;
     v[i] = vi;
-    wi = __fsub_rn(wi, __fdiv_rn(__fmul_rn(lr_t, mi), __fadd_rn(__fsqrt_rn(vi), eps)));
+    float vd = vi;
+    if constexpr (kAmsgrad) {
+      const float hi = vh[i];
+      vd = hi >= vi ? hi : vi;  // a NaN v wins, as on the CPU
+      vh[i] = vd;
+    }
+    wi = __fsub_rn(wi, __fdiv_rn(__fmul_rn(lr_t, mi), __fadd_rn(__fsqrt_rn(vd), eps)));
     w[i] = wi;
     store_copy(copy, copy_kind, i, wi);
   }
@@ -190,11 +198,13 @@ bool unscale_and_check(Context& ctx, const Tensor& grads, float inv_scale) {
 namespace {
 // optimizer_step with the host's lr and t (dev.st null) or the device's (dev.st, dev.lr).
 void launch_optimizer(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                      const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, DeviceStep dev) {
+                      const std::vector<Tensor>& states, const Tensor& compute_copy, DeviceStep dev) {
   const int64_t n = master.numel();
   if (n == 0) return;
-  float* m = state1.empty() ? nullptr : state1.as<float>();
-  float* v = state2.empty() ? nullptr : state2.as<float>();
+  // The state arenas in core/optimizer_kind.h's order (nullptr where absent).
+  auto arena = [&](size_t i) { return i < states.size() && !states[i].empty() ? states[i].as<float>() : nullptr; };
+  float* m = arena(0);
+  float* v = arena(1);
   void* copy = compute_copy.empty() ? nullptr : compute_copy.data;
   const int copy_kind = compute_copy.empty() ? 0 : compute_copy.dtype == DType::F16 ? 1 : 2;
   MPX_CHECK_MSG(compute_copy.empty() || is_16bit(compute_copy.dtype), "optimizer_step: compute copy must be 16-bit");
@@ -217,16 +227,25 @@ void launch_optimizer(Context& ctx, const OptimizerStep& s, const Tensor& master
     lr_t = static_cast<float>(static_cast<double>(s.lr) * std::sqrt(1.0 - b2t) / (1.0 - b1t));
   }
   MPX_CHECK_MSG(m && v, "optimizer_step: Adam needs both state arenas");
-  adam_kernel<<<grid, kThreads, 0, st>>>(master.as<float>(), grads.as<const float>(), m, v, s.lr, lr_t,
-                                         s.weight_decay, s.beta1, s.beta2, s.epsilon,
-                                         s.kind == OptimizerStep::Kind::AdamW, copy, copy_kind, n, dev);
+  const bool adamw = s.kind == OptimizerStep::Kind::AdamW;
+  if (s.kind == OptimizerStep::Kind::Amsgrad) {
+    float* vh = arena(2);
+    MPX_CHECK_MSG(vh, "optimizer_step: AMSGrad needs its third state arena");
+    adam_kernel<true><<<grid, kThreads, 0, st>>>(master.as<float>(), grads.as<const float>(), m, v, vh, s.lr, lr_t,
+                                                 s.weight_decay, s.beta1, s.beta2, s.epsilon, adamw, copy,
+                                                 copy_kind, n, dev);
+  } else {
+    adam_kernel<false><<<grid, kThreads, 0, st>>>(master.as<float>(), grads.as<const float>(), m, v, nullptr, s.lr,
+                                                  lr_t, s.weight_decay, s.beta1, s.beta2, s.epsilon, adamw, copy,
+                                                  copy_kind, n, dev);
+  }
   MPX_CUDA_LAUNCH_CHECK(st);
 }
 }  // namespace
 
 void optimizer_step(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                    const Tensor& state1, const Tensor& state2, const Tensor& compute_copy) {
-  launch_optimizer(ctx, s, master, grads, state1, state2, compute_copy, DeviceStep{});
+                    const std::vector<Tensor>& states, const Tensor& compute_copy) {
+  launch_optimizer(ctx, s, master, grads, states, compute_copy, DeviceStep{});
 }
 
 // ---- the step without host synchronisation ---------------------------------------
@@ -254,12 +273,12 @@ void unscale_and_check_state(Context& ctx, const Tensor& grads, const Tensor& lo
 }
 
 void optimizer_step_state(Context& ctx, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                          const Tensor& state1, const Tensor& state2, const Tensor& compute_copy, const Tensor& state,
+                          const std::vector<Tensor>& states, const Tensor& compute_copy, const Tensor& state,
                           const Tensor& lr_dev) {
   DeviceStep dev;
   dev.st = state.as<const StepState>();
   dev.lr = lr_dev.as<const float>();
-  launch_optimizer(ctx, s, master, grads, state1, state2, compute_copy, dev);
+  launch_optimizer(ctx, s, master, grads, states, compute_copy, dev);
 }
 
 void loss_scale_update_state(Context& ctx, const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,

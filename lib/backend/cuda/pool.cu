@@ -9,33 +9,13 @@
 // a float32 sum (docs/gpu.md, "What the CUDA tests compare").
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/pool_geometry.h"
 
 namespace mpx::cuda {
 
 namespace {
 
-struct PGeo {
-  int64_t N, H, W, C, P, Q;
-  int R, S, sh, sw, pt, pl;
-  // Window rows [h0, h1) and columns [w0, w1), clipped to the image.
-  __device__ void window(int64_t p, int64_t q, int64_t& h0, int64_t& h1, int64_t& w0, int64_t& w1) const {
-    h0 = p * sh - pt;
-    w0 = q * sw - pl;
-    h1 = min(h0 + R, H);
-    w1 = min(w0 + S, W);
-    h0 = max(h0, int64_t{0});
-    w0 = max(w0, int64_t{0});
-  }
-};
-
-PGeo geometry(const PoolParams& p, const Shape& x) {
-  PGeo g{};
-  g.N = x[0], g.H = x[1], g.W = x[2], g.C = x[3];
-  g.P = p.out_h(static_cast<int>(g.H));
-  g.Q = p.out_w(static_cast<int>(g.W));
-  g.R = p.R, g.S = p.S, g.sh = p.stride_h, g.sw = p.stride_w, g.pt = p.pad_top, g.pl = p.pad_left;
-  return g;
-}
+using PGeo = PoolGeometry;  // backend/pool_geometry.h
 
 // "First maximum": strict >, scanning rows then columns; NaN wins and stays (cpu/pool.cpp).
 __device__ __forceinline__ bool takes(float v, float m) { return v > m || (isnan(v) && !isnan(m)); }
@@ -136,7 +116,7 @@ __global__ void global_avg_pool_backward_kernel(const T* __restrict__ dy, T* __r
 // ---- launchers ---------------------------------------------------------------------
 
 void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {
-  const PGeo g = geometry(pp, x.shape);
+  const PGeo g = pool_geometry(pp, x.shape);
   const int64_t n = y.numel();
   if (n == 0) return;
   MPX_CUDA_DISPATCH_FLOAT(x.dtype, T, {
@@ -148,7 +128,7 @@ void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Ten
 
 void pool_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& /*y*/, const Tensor& dy,
                    const Tensor& dx) {
-  const PGeo g = geometry(pp, x.shape);
+  const PGeo g = pool_geometry(pp, x.shape);
   const int64_t n = dx.numel();
   if (n == 0) return;
   MPX_CUDA_DISPATCH_FLOAT(x.dtype, T, {
