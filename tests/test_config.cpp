@@ -467,7 +467,8 @@ model:
       layers:
         - {type: conv2d, filters: 8, kernal: 3}
 )") == "x.yaml:6:38: model.layers[0].layers[0].kernal: unknown key in a conv2d layer; did you mean 'kernel'? "
-       "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, activation, "
+       "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, kernel_initializer, "
+        "activation, "
               "negative_slope)");
 }
 

@@ -211,9 +211,9 @@ TEST_CASE("dist: the global batch must divide over the ranks; resume needs the s
   INFO(one.out);
   CHECK(one.rc == 2);
   CHECK(one.out.find("written by a run of 2 ranks") != std::string::npos);
-  // The same number of ranks resumes.
+  // The same number of ranks resumes (here extending the run's one epoch to the config's two).
   const Run again = run(mpirun(2) + " " + MPX_BINARY + " train --no-progress --config " + c.string() + " --resume " +
-                            (dir / "two").string(),
+                            (dir / "two").string() + " --allow-changes train.epochs",
                         dir);
   INFO(again.out);
   CHECK(again.rc == 0);
