@@ -17,20 +17,9 @@
 
 #include "report/run_data.h"
 #include "support/cli.h"
+#include "support/sanitizers.h"
 
-// AddressSanitizer builds: GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature. There the
-// resident memory is not the program's: freed blocks wait in ASan's quarantine (256 MiB by default),
-// so the memory bounds below are checked in the other builds only.
-#if defined(__SANITIZE_ADDRESS__)
-#define MPX_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MPX_TEST_ASAN 1
-#endif
-#endif
-#ifndef MPX_TEST_ASAN
-#define MPX_TEST_ASAN 0
-#endif
+// The memory bounds below are checked outside AddressSanitizer builds only (support/sanitizers.h).
 
 namespace fs = std::filesystem;
 using support::read_file;

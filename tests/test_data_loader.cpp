@@ -9,20 +9,10 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "support/sanitizers.h"
 
 using namespace mpx;
 
-// AddressSanitizer builds: GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature.
-#if defined(__SANITIZE_ADDRESS__)
-#define MPX_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MPX_TEST_ASAN 1
-#endif
-#endif
-#ifndef MPX_TEST_ASAN
-#define MPX_TEST_ASAN 0
-#endif
 
 namespace {
 
