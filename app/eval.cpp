@@ -8,9 +8,10 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/eval.h"
+#include "commands/inspect.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "train/inspect.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 

@@ -17,11 +17,11 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "core/half.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
-#include "train/weights.h"
 #include "support/cli.h"
+#include "weights/weights.h"
 
 namespace fs = std::filesystem;
 using namespace mpx;

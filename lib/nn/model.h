@@ -33,7 +33,7 @@ struct LayerInfo {
 };
 
 /// How a parameter's elements are laid out in the weights files of `mpx export` (the table
-/// in train/weights.h). Its layer declares it with the parameter (Context::add_param), so
+/// in weights/weights.h). Its layer declares it with the parameter (Context::add_param), so
 /// the export never guesses it from a name or a rank.
 enum class ExportLayout : uint8_t {
   AsIs,           // one value per output unit or channel (bias): as is in both layouts

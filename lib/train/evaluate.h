@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Test-set evaluation: the loop shared by training (each evaluated epoch),
-// `mpx eval --checkpoint` and `mpx eval --weights`.
+// `mpx eval --checkpoint` and `mpx eval --weights` (commands/eval.h).
 #pragma once
 
 #include <cstdint>
@@ -36,12 +36,5 @@ using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 /// With several ranks each evaluates a contiguous slice of `ds` and the sums are all-reduced.
 EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm = nullptr,
                           const EvalProgress& progress = nullptr);
-
-/// @brief `mpx eval --checkpoint`: test loss/accuracy of a checkpoint (file or run directory).
-/// `progress`: the live progress line on a terminal, as `mpx train` shows it.
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress = false);
-
-/// @brief `mpx eval --weights W`: test loss/accuracy of a safetensors file (either layout).
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights, bool progress = false);
 
 }  // namespace mpx

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 using nlohmann::json;
 

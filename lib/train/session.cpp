@@ -13,9 +13,9 @@
 #include "backend/versions.h"
 #include "core/error.h"
 #include "dist/communicator.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/train_state.h"
-#include "train/weights.h"
+#include "weights/weights.h"
 
 namespace mpx {
 

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "train/checkpoint_layout.h"
+#include "weights/checkpoint_layout.h"
 
 namespace mpx {
 

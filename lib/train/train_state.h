@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "io/checkpoint.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"

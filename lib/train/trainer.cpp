@@ -15,8 +15,8 @@
 #include "config/config_diff.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "io/run_dir.h"
 #include "train/metrics.h"
-#include "train/run_dir.h"
 #include "train/train_run.h"
 
 namespace fs = std::filesystem;

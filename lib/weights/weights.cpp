@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Parameter <-> safetensors mapping in the Keras and PyTorch layouts (table in
 // weights.h): names, transposes and the flatten column reordering.
-#include "train/weights.h"
+#include "weights/weights.h"
 
 #include <fmt/format.h>
 

@@ -23,8 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "train/loss_scaler.h"
-#include "train/schedule.h"
+#include "io/checkpoint_state.h"
 
 namespace mpx {
 

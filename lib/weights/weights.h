@@ -26,8 +26,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "io/safetensors.h"
 #include "nn/model.h"
-#include "train/safetensors.h"
 
 namespace mpx {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Checkpoint writer and verifying reader (format in checkpoint.h).
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
