@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Internal to lib/backend: the argument checks of the public Backend ops
-// (backend.cpp, backend_ops.cpp), each naming the op, the tensor and what it expected.
+// (backend.cpp, backend_ops.cpp, op_table.inc), each naming the op, the tensor and what it expected.
 #pragma once
 
 #include <fmt/format.h>
@@ -143,6 +143,17 @@ inline void check_bias(const char* op, const Tensor& bias, int64_t k, DType comp
                dtype_name(compute), bias.str());
 }
 
+// Batch normalization: x [N, H, W, C] or [N, C] has C channels; its parameters and statistics
+// are float32 [C].
+inline int64_t bn_channels(const char* op, const Tensor& x) {
+  MPX_VALIDATE(x.shape.rank == 4 || x.shape.rank == 2, "{}: x must be [N, H, W, C] or [N, C], got {}", op,
+               x.str());
+  return x.shape[x.shape.rank - 1];
+}
+inline void require_bn_param(const char* op, const char* name, const Tensor& t, int64_t c) {
+  require_f32(op, name, t);
+  require_vector(op, name, t, c);
+}
 
 /// The arguments of softmax_cross_entropy and its scaled twin.
 inline void require_softmax_args(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum_out,
