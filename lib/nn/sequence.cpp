@@ -102,6 +102,8 @@ int Context::add_param(const std::string& layer, const std::string& name, Shape 
   p.shape = shape;
   p.trainable = trainable;
   p.layout = export_as.layout;
+  p.keras_axes = export_as.keras;
+  p.torch_axes = export_as.torch;
   p.torch_name = export_as.torch_name ? export_as.torch_name : name;
   int64_t& end = trainable ? n_params : n_state;
   p.offset = align_param(end);
