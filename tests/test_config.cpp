@@ -248,10 +248,11 @@ TEST_CASE("config: unknown key inside a layer suggests a key of that layer type"
 TEST_CASE("config: unknown layer type", "[config]") {
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - {type: conv2D, filters: 3}\n") ==
         "x.yaml:4:14: model.layers[0].type: expected one of conv2d | dense | activation | max_pool | avg_pool | "
-        "global_avg_pool | flatten | dropout | batch_norm | residual, got 'conv2D'; did you mean 'conv2d'?");
+        "global_avg_pool | flatten | dropout | batch_norm | residual | depthwise_conv2d, got 'conv2D'; did you mean "
+        "'conv2d'?");
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - {filters: 3}\n") ==
         "x.yaml:4:7: model.layers[0].type: required key is missing (one of conv2d | dense | activation | max_pool | "
-        "avg_pool | global_avg_pool | flatten | dropout | batch_norm | residual)");
+        "avg_pool | global_avg_pool | flatten | dropout | batch_norm | residual | depthwise_conv2d)");
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - dense\n") ==
         "x.yaml:4:7: model.layers[0]: expected a layer (a mapping with a 'type' key, e.g. {type: dense, units: 10}), "
         "got 'dense'");

@@ -69,6 +69,33 @@ TEST_CASE("gradcheck: conv2d even kernel same padding, no bias", "[nn][gradcheck
   run_check({c, make_layer(LayerType::Flatten), dense_layer(2)}, 4, 3, 2, 2, 2, false);
 }
 
+namespace {
+LayerConfig depthwise_layer(int64_t multiplier, int kernel, int stride, Padding padding,
+                            ActivationName activation = ActivationName::Linear) {
+  LayerConfig l = make_layer(LayerType::DepthwiseConv2d);
+  l.depth_multiplier = multiplier;
+  l.kernel_h = l.kernel_w = kernel;
+  l.stride_h = l.stride_w = stride;
+  l.padding = padding;
+  l.activation = activation;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("gradcheck: depthwise_conv2d valid with bias and fused relu, depth multiplier 1", "[nn][gradcheck]") {
+  run_check({depthwise_layer(1, 3, 1, Padding::Valid, ActivationName::Relu), make_layer(LayerType::Flatten),
+             dense_layer(3)},
+            5, 5, 3, 3, 2, true);
+}
+
+TEST_CASE("gradcheck: depthwise_conv2d stride 2 same padding, depth multiplier 2, no bias, after a conv2d",
+          "[nn][gradcheck]") {
+  // The conv2d in front makes the depthwise layer's input gradient part of the check.
+  LayerConfig dw = depthwise_layer(2, 3, 2, Padding::Same, ActivationName::Gelu);
+  dw.use_bias = false;
+  run_check({conv_layer(3, 1), dw, make_layer(LayerType::Flatten), dense_layer(2)}, 6, 5, 2, 2, 2, false);
+}
+
 TEST_CASE("gradcheck: activation relu layer", "[nn][gradcheck]") {
   LayerConfig a = make_layer(LayerType::Activation);
   a.activation = ActivationName::Relu;

@@ -72,9 +72,10 @@ struct LayerConfig {
   // conv2d / dense
   int64_t filters = 0;  // conv2d
   int64_t units = 0;    // dense
+  int64_t depth_multiplier = 1;  // depthwise_conv2d: filters per input channel
   int kernel_h = 3, kernel_w = 3;
   int stride_h = 1, stride_w = 1;
-  Padding padding = Padding::Valid;  // conv2d, pools
+  Padding padding = Padding::Valid;  // conv2d, depthwise_conv2d, pools
   bool use_bias = true;
   KernelInit kernel_initializer = KernelInit::GlorotUniform;  // conv2d
   ActivationName activation = ActivationName::Linear;  // core/activation.h's names, or softmax

@@ -56,7 +56,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_LAYER_TYPES(X)                                                                        \
   X(Conv2d, "conv2d") X(Dense, "dense") X(Activation, "activation") X(MaxPool, "max_pool")        \
   X(AvgPool, "avg_pool") X(GlobalAvgPool, "global_avg_pool") X(Flatten, "flatten")                \
-  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")
+  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")                       \
+  X(DepthwiseConv2d, "depthwise_conv2d")
 /// A layer's `dtype:`: a policy name, or the bare 16-bit dtype (same meaning; kept as written).
 #define MPX_LAYER_DTYPES(X)                                                                       \
   X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16")       \

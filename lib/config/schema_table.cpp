@@ -230,21 +230,24 @@ const std::vector<Key<LayerConfig>>& layer_keys() {
       .doc_default("the model's policy"),
     MPX_KEY(filters, Int(1, kIntMax), "output channels").only({T::Conv2d}).req(),
     MPX_KEY(units, Int(1, kIntMax), "output features").only({T::Dense}).req(),
-    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only({T::Conv2d}),
-    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only({T::Conv2d}).aka("stride"),
+    MPX_KEY(depth_multiplier, Int(1, kIntMax), "filters per input channel (output channels = input channels * this)")
+      .only({T::DepthwiseConv2d}),
+    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only({T::Conv2d, T::DepthwiseConv2d}),
+    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only({T::Conv2d, T::DepthwiseConv2d})
+      .aka("stride"),
     k("pool_size", MPX_HW(pool_h, pool_w), Pair(1, 1024), "window size").only({T::MaxPool, T::AvgPool}).aka("size"),
     k("strides", MPX_HW(pool_stride_h, pool_stride_w), Pair(1, 1024), "strides")
       .only({T::MaxPool, T::AvgPool}).aka("stride").derived(default_pool_strides, "pool_size"),
     MPX_KEY(padding, Enum<Padding>(), "same: output size = ceil(input / stride)")
-      .only({T::Conv2d, T::MaxPool, T::AvgPool}),
-    MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::Dense}),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::MaxPool, T::AvgPool}),
+    MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::DepthwiseConv2d, T::Dense}),
     MPX_KEY(kernel_initializer, Enum<KernelInit>(),
       "glorot_uniform, or dirac: the first min(filters, input channels) filters pass their own channel through "
       "(1 at the kernel's centre), the others glorot_uniform").only({T::Conv2d}),
     MPX_KEY(activation, Enum<ActivationName>(), "fused activation (softmax: last layer only)")
-      .only({T::Conv2d, T::Dense, T::Activation}),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}),
     MPX_KEY(negative_slope, Num(R::ge(0)), "leaky_relu: slope for x < 0 (Keras 3's default)")
-      .only({T::Conv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
     MPX_KEY(rate, Num(R::half_open(0, 1)), "fraction of inputs dropped in training").only({T::Dropout}),
     MPX_KEY(momentum, Num(R::closed(0, 1)), "moving-average momentum").only({T::BatchNorm}),
     MPX_KEY(epsilon, Num(R::gt(0)), "added to the variance").only({T::BatchNorm}),

@@ -102,6 +102,8 @@ int Context::add_param(const std::string& layer, const std::string& name, Shape 
   p.shape = shape;
   p.trainable = trainable;
   p.layout = export_as.layout;
+  p.keras_axes = export_as.keras;
+  p.torch_axes = export_as.torch;
   p.torch_name = export_as.torch_name ? export_as.torch_name : name;
   int64_t& end = trainable ? n_params : n_state;
   p.offset = align_param(end);
@@ -334,9 +336,11 @@ std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, 
   std::unique_ptr<Layer> l;
   using T = LayerType;
   const T ty = cfg.type;
-  if (ty != T::Activation && ty != T::Conv2d && ty != T::Dense) parse_activation(cfg, is_last);  // defaults: linear
+  if (ty != T::Activation && ty != T::Conv2d && ty != T::DepthwiseConv2d && ty != T::Dense)
+    parse_activation(cfg, is_last);  // defaults: linear
   switch (ty) {
     case T::Conv2d: l = make_conv2d(c, cfg, in, t, depth, is_last); break;
+    case T::DepthwiseConv2d: l = make_depthwise_conv2d(c, cfg, in, t, depth, is_last); break;
     case T::Dense: l = make_dense(c, cfg, in, t, depth, is_last); break;
     case T::MaxPool:
     case T::AvgPool: l = make_pool(c, cfg, in, t, depth); break;

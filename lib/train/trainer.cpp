@@ -191,7 +191,7 @@ void TrainRun::build_engine() {
     if (resume_) {
       m.init_params(c.seed);  // --resume restores its own weights
     } else {
-      const std::string from = session_->init_weights(m);  // weights.init_from (train/weights.h)
+      const std::string from = session_->init_weights(m);  // weights.init_from (weights/weights.h)
       if (!c.weights.init_from.empty()) spdlog::info("weights: {}", from);
     }
   });
