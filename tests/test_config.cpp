@@ -469,8 +469,7 @@ model:
         - {type: conv2d, filters: 8, kernal: 3}
 )") == "x.yaml:6:38: model.layers[0].layers[0].kernal: unknown key in a conv2d layer; did you mean 'kernel'? "
        "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, kernel_initializer, "
-        "activation, "
-              "negative_slope)");
+        "whitening_images, whitening_epsilon, activation, negative_slope)");
 }
 
 TEST_CASE("config: alias keys stride/strides and size/pool_size", "[config]") {
@@ -562,7 +561,8 @@ optimizer:
   SECTION("an unknown key via --set is the unknown-key error") {
     CHECK(error_of(text, {"optimizer.lr=0.1"}) ==
           "x.yaml: in --set 'optimizer.lr=0.1': optimizer.lr: unknown key in the optimizer section (valid keys: name, "
-          "learning_rate, scale_lr_by_batch, momentum, nesterov, beta1, beta2, epsilon, weight_decay)");
+          "learning_rate, scale_lr_by_batch, momentum, nesterov, beta1, beta2, epsilon, weight_decay, lr_multipliers, "
+          "weight_decay_multipliers, freeze_after_epochs)");
     CHECK_THAT(error_of(text, {"model.layers[0].filtres=64"}),
                Catch::StartsWith("x.yaml: in --set 'model.layers[0].filtres=64': model.layers[0].filtres: unknown key "
                                  "in a conv2d layer; did you mean 'filters'?"));

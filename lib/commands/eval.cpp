@@ -24,12 +24,15 @@ EvalResult evaluate_from(const Config& cfg, const std::string& weights, const st
   BatchBuffers bb(s.backend(), B, s.H(), s.W(), s.C(), s.num_classes());
   Progress line(show);
   const auto t0 = Clock::now();
-  return evaluate_model(s.backend(), *model, bb, s.test_data(), nullptr, [&](int64_t done, int64_t total) {
-    if (!line.on()) return;  // no formatting without a terminal
-    const double secs = seconds_since(t0);
-    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
-    line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, rate));
-  });
+  return evaluate_model(
+      s.backend(), *model, bb, s.test_data(), nullptr,
+      [&](int64_t done, int64_t total) {
+        if (!line.on()) return;  // no formatting without a terminal
+        const double secs = seconds_since(t0);
+        const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
+        line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, rate));
+      },
+      cfg.train.tta);
 }
 
 }  // namespace

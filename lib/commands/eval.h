@@ -12,6 +12,7 @@ namespace mpx {
 
 /// @brief `mpx eval --checkpoint`: test loss/accuracy of a checkpoint (file or run directory).
 /// `progress`: the live progress line on a terminal, as `mpx train` shows it.
+/// cfg.train.tta applies, and the test split is read from cfg.data as configured.
 EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress = false);
 
 /// @brief `mpx eval --weights W`: test loss/accuracy of a safetensors file (either layout).

@@ -33,6 +33,16 @@ Tensor Planned::at(int64_t n) const {
 }
 
 Activation parse_activation(const LayerConfig& cfg, bool is_last) {
+  if (cfg.type == LayerType::Dense && cfg.output_scale != 1.0) {
+    // output_scale: logits multiplied by a constant, an activation of its own (docs/fast-cifar.md).
+    if (cfg.activation != ActivationName::Linear && cfg.activation != ActivationName::Softmax)
+      throw ConfigError(fmt::format("{}: output_scale needs activation linear or softmax, not {}; put the "
+                                    "activation in a layer of its own",
+                                    where(cfg), enum_name(cfg.activation)));
+    if (cfg.activation == ActivationName::Softmax && !is_last)
+      throw ConfigError(where(cfg) + ": activation softmax is only allowed on the last layer of the model");
+    return Activation{ActKind::Scale, static_cast<float>(cfg.output_scale)};
+  }
   if (cfg.activation == ActivationName::Softmax) {
     if (!is_last)
       throw ConfigError(where(cfg) +

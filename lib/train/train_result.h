@@ -36,6 +36,12 @@ struct TrainResult {
   int64_t validation_records = 0;
   double final_validation_loss = 0, final_validation_accuracy = 0, best_validation_accuracy = 0;
   int64_t stopped_early_epoch = 0;
+  /// train.target_accuracy (0 = none) and, once an evaluation met it, when: its epoch, global
+  /// step and the wall seconds from the run's first step (0 while not met).
+  double target_accuracy = 0;
+  bool target_met = false;
+  int64_t target_epoch = 0, target_step = 0;
+  double time_to_target_seconds = 0;
 };
 
 }  // namespace mpx

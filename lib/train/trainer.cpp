@@ -170,6 +170,7 @@ void TrainRun::prepare() {
                                   c.data.batch_size, session_->train_data().size()));
   build_engine();
   restore_or_broadcast();
+  start_lookahead();
   log_plan();
   if (append_ && rank0_) {
     const std::string metrics = (fs::path(run_dir_) / "metrics.jsonl").string();
@@ -303,7 +304,7 @@ EvalResult TrainRun::evaluate(bool validation) {
     m = eval_model_.get();
   }
   return evaluate_model(be(), *m, engine_->buffers(), validation ? session_->validation_data() : session_->test_data(),
-                        &comm_);
+                        &comm_, nullptr, cfg().train.tta);
 }
 
 void TrainRun::absorb(const StepOutcome& o) {

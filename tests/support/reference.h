@@ -29,6 +29,7 @@ inline double act_fn(Activation a, double v) {
     case mpx::ActKind::Gelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
     case mpx::ActKind::GeluTanh: return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
     case mpx::ActKind::Silu: return v / (1.0 + std::exp(-v));  // v * sigmoid(v)
+    case mpx::ActKind::Scale: return static_cast<double>(a.alpha) * v;
   }
   return v;
 }
@@ -50,6 +51,7 @@ inline double act_grad(Activation a, double v) {
       const double s = 1.0 / (1.0 + std::exp(-v));
       return s * (1.0 + v * (1.0 - s));
     }
+    case mpx::ActKind::Scale: return static_cast<double>(a.alpha);
   }
   return 1.0;
 }

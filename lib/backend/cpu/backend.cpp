@@ -237,7 +237,7 @@ class CpuBackend final : public Backend {
     const StepState& st = *state.as<const StepState>();
     if (!st.finite) return;
     OptimizerStep u = s;
-    u.lr = *lr_dev.as<const float>();
+    u.lr = *lr_dev.as<const float>() * s.lr_scale;
     u.t = st.applied_total + 1;
     cpu::optimizer_step(ctx_, u, master, grads, states, compute_copy);
   }
