@@ -156,6 +156,15 @@ class Lambda(nn.Module):
         return self.fn(x)
 
 
+class Scale(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return x * self.alpha
+
+
 class Residual(nn.Module):
     def __init__(self, steps, proj):
         super().__init__()
@@ -221,8 +230,12 @@ class MpxNet(nn.Module):
                 if shape[0] != "flat":
                     raise ValueError(f"{name}: dense needs a flat input")
                 m = nn.Linear(shape[1], int(l["units"]), bias=l.get("use_bias", True))
-                names.append(self._add(name, nn.Sequential(m, am) if am is not None else m))
-                self.keras_transforms[name + (".0" if am is not None else "") + ".weight"] = ("dense", None)
+                # output_scale: the output, after the bias, times a constant (docs/fast-cifar.md,
+                # "Logits times a constant"); mpx allows it with linear or softmax only.
+                tail = [Scale(float(l["output_scale"]))] if l.get("output_scale") is not None else []
+                tail += [am] if am is not None else []
+                names.append(self._add(name, nn.Sequential(m, *tail) if tail else m))
+                self.keras_transforms[name + (".0" if tail else "") + ".weight"] = ("dense", None)
                 shape = ("flat", int(l["units"]))
             elif t == "batch_norm":
                 c = shape[1]

@@ -232,6 +232,12 @@ stage_bench() {
       --set data.path=/nonexistent --set train.cuda_graph=$graph --steps 30 --warmup 5 --json
     [[ $STEP_RC -eq 0 ]] && jline name="bench cuda_graph=$graph" value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
   done
+  # The fast CIFAR recipe's step (docs/fast-cifar.md): its parameter groups, scale-free batch
+  # norm and output_scale on cuDNN and cuBLAS, at its batch of 1024.
+  step "mpx bench fast CIFAR recipe mixed_bfloat16 batch 1024" 40 "$MPX" bench \
+    --config configs/cifar10_fast.yaml --set device=cuda --set policy=mixed_bfloat16 \
+    --set data.path=/nonexistent --steps 20 --warmup 5 --json
+  [[ $STEP_RC -eq 0 ]] && jline name="bench fast CIFAR recipe" value="$(echo "$STEP_OUT" | grep '^{' | tail -1)"
   step "bench/gpu_compare.py (mpx against PyTorch AMP, seed CIFAR net, batch 512)" "$(budget_left)" \
     env PYTHONUNBUFFERED=1 python3 bench/gpu_compare.py --mpx "$MPX" --configs configs/cifar10_fp32.yaml \
     --steps 30 --warmup 5 --out "$OUT_DIR/gpu_compare.json"

@@ -204,3 +204,62 @@ TEST_CASE("cli compare --report: the A/B runs as one HTML report", "[cli][report
   }
   CHECK(doc.at(rows[0]).attr("data-policy") == "float32");
 }
+
+TEST_CASE("cli: a run timed to train.target_accuracy shows its time in the table; eval --test-data and --tta",
+          "[cli][report][fast_cifar]") {
+  TempDir t("mpx_cli_target");
+  write_file(t.path / "c.yaml", kYaml);
+  // synthetic's test split is learnt at once: a target of 0.05 is met by the first evaluation.
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --set train.target_accuracy=0.05 --run-dir runs/a", t.path).code == 0);
+  REQUIRE(run_mpx("train --no-progress --config c.yaml --run-dir runs/b", t.path).code == 0);
+  const json sa = read_json(t.path / "runs/a/summary.json");
+  CHECK(sa.at("target_met").get<bool>());
+  CHECK(sa.at("target_epoch").get<int>() == 1);
+  CHECK_FALSE(read_json(t.path / "runs/b/summary.json").contains("target_accuracy"));
+  const auto js = run_mpx("report --table --format json runs/a runs/b", t.path);
+  REQUIRE(js.code == 0);
+  const json rows = json::parse(js.out);
+  REQUIRE(rows.size() == 2);
+  for (const json& r : rows) {
+    const bool timed = r.at("run").get<std::string>() == "a";
+    CHECK(r.contains("time_to_target_seconds"));
+    if (timed) CHECK(r.at("time_to_target_seconds").get<double>() == sa.at("time_to_target_seconds").get<double>());
+    else CHECK(r.at("time_to_target_seconds").is_null());
+  }
+  const auto text = run_mpx("report --table runs", t.path);
+  CHECK(text.out.find("to target s") != std::string::npos);
+  // Without a timed run there is no such column.
+  CHECK(run_mpx("report --table runs/b", t.path).out.find("to target") == std::string::npos);
+
+  // eval --test-data: another folder of the same data set (here the same files copied), whole file.
+  const auto base = run_mpx("eval --checkpoint runs/b --json", t.path);
+  REQUIRE(base.code == 0);
+  const auto tta = run_mpx("eval --checkpoint runs/b --tta mirror --json", t.path);
+  REQUIRE(tta.code == 0);
+  CHECK(json::parse(tta.out).at("tta") == "mirror");
+  CHECK(json::parse(tta.out).at("count") == json::parse(base.out).at("count"));
+  CHECK(run_mpx("eval --checkpoint runs/b --tta sideways", t.path).code != 0);
+  CHECK(run_mpx("eval --checkpoint runs/b --test-data no_such_folder", t.path).code != 0);
+
+  // On CIFAR-10: a run on the subset (its 1,000 lossless test records, limited to 100), then the
+  // whole 10,000-record JPEG-decoded test file of another folder.
+  const std::string shared = MPX_SHARED_DATA;
+  write_file(t.path / "cifar.yaml",
+             "name: cif\ndevice: cpu\ndata: {dataset: cifar10, path: " + shared +
+                 "/cifar10-subset, batch_size: 50, train_limit: 100, test_limit: 100}\n"
+                 "model:\n  layers:\n    - {type: conv2d, filters: 4, kernel: 3}\n    - {type: flatten}\n"
+                 "    - {type: dense, units: 10, activation: softmax}\ntrain: {epochs: 1}\n");
+  REQUIRE(run_mpx("train --no-progress --config cifar.yaml --run-dir runs/c", t.path).code == 0);
+  const auto own = run_mpx("eval --checkpoint runs/c --json", t.path);
+  REQUIRE(own.code == 0);
+  CHECK(json::parse(own.out).at("count") == 100);
+  const auto jpeg = run_mpx("eval --checkpoint runs/c --test-data " + shared + "/cifar10-test-jpeg --json", t.path);
+  REQUIRE(jpeg.code == 0);
+  CHECK(json::parse(jpeg.out).at("count") == 10000);
+  CHECK(json::parse(jpeg.out).at("test_data").get<std::string>().find("cifar10-test-jpeg") != std::string::npos);
+  const auto cut = run_mpx("eval --checkpoint runs/c --test-data " + shared +
+                               "/cifar10-test-jpeg --set data.test_limit=1000", t.path);
+  REQUIRE(cut.code == 0);
+  CHECK(cut.out.find("/1000 correct") != std::string::npos);
+  CHECK(cut.out.find("test data ") != std::string::npos);
+}

@@ -469,8 +469,8 @@ TEST_CASE("a non-finite float32 loss is 'diverged', exit 4, with a complete run 
   CHECK(s["status"] == "diverged");
   CHECK(s["exit_code"] == 4);
   for (const char* k : {"message", "epochs", "steps", "final_test_accuracy", "best_test_accuracy", "final_train_loss",
-                        "images_per_sec", "wall_seconds", "skipped_steps", "final_loss_scale", "last_skip_reason",
-                        "peak_memory_bytes", "policy", "device", "eval_policy", "memory"})
+                        "images_per_sec", "wall_seconds", "seconds_from_first_step", "skipped_steps", "final_loss_scale",
+                        "last_skip_reason", "peak_memory_bytes", "policy", "device", "eval_policy", "memory"})
     CHECK(s.contains(k));
   CHECK(s["policy"] == "float32");
   CHECK(s["device"] == "cpu");

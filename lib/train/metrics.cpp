@@ -111,6 +111,7 @@ json to_json(const TrainResult& r) {
   j["final_train_accuracy"] = json_number(r.final_train_accuracy);
   j["images_per_sec"] = json_number(r.images_per_sec);
   j["wall_seconds"] = json_number(r.wall_seconds);
+  j["seconds_from_first_step"] = json_number(r.seconds_from_first_step);
   j["skipped_steps"] = r.skipped_steps;
   j["final_loss_scale"] = json_number(r.final_loss_scale);
   j["last_skip_reason"] = r.last_skip_reason;

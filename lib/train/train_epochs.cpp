@@ -439,6 +439,8 @@ void TrainRun::finalize() {
   result_.target_epoch = st_.target_epoch;
   result_.target_step = st_.target_step;
   result_.time_to_target_seconds = st_.target_seconds;
+  result_.seconds_from_first_step =
+      st_.first_step_wall >= 0 ? result_.wall_seconds - st_.first_step_wall : std::nan("");
   result_.images_per_sec = run_train_seconds_ > 0 ? static_cast<double>(run_images_) / run_train_seconds_ : 0.0;
   result_.peak_memory_bytes = be().memory_stats().peak_bytes;
   try {

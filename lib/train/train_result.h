@@ -42,6 +42,9 @@ struct TrainResult {
   bool target_met = false;
   int64_t target_epoch = 0, target_step = 0;
   double time_to_target_seconds = 0;
+  /// Wall seconds from the run's first step to its end (the final evaluation included; a
+  /// resumed run's restart too): wall_seconds without the start-up. NaN when no step ran.
+  double seconds_from_first_step = 0;
 };
 
 }  // namespace mpx
