@@ -16,7 +16,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

@@ -13,7 +13,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
 #include "support/conv_case.h"

@@ -15,8 +15,8 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_fwd_small.h"
-#include "backend/cpu/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

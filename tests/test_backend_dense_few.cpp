@@ -16,7 +16,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/dense_few.h"
+#include "backend/cpu/dense/dense_few.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

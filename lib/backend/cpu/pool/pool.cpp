@@ -29,7 +29,7 @@
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
 #include "backend/cpu/ops.h"
-#include "backend/cpu/pool_tiled.h"
+#include "backend/cpu/pool/pool_tiled.h"
 #include "backend/pool_geometry.h"
 
 namespace mpx::cpu {
@@ -58,7 +58,7 @@ bool tiled_max(const PoolParams& p, const PGeo& g) {
 }
 
 namespace base {
-#include "backend/cpu/pool_tiled.inc"
+#include "backend/cpu/pool/pool_tiled.inc"
 }  // namespace base
 
 

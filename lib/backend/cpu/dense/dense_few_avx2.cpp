@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cpu/dense_few.h"
+#include "backend/cpu/dense/dense_few.h"
 #include "backend/cpu/elem16.h"
 #include "core/half.h"
 
@@ -16,5 +16,5 @@ namespace mpx::cpu::dfew_avx2 {
 constexpr int kL = 8;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/dense_few.inc"
+#include "backend/cpu/dense/dense_few.inc"
 }  // namespace mpx::cpu::dfew_avx2

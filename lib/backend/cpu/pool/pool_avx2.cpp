@@ -10,8 +10,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/pool_tiled.h"
+#include "backend/cpu/pool/pool_tiled.h"
 
 namespace mpx::cpu::avx2 {
-#include "backend/cpu/pool_tiled.inc"
+#include "backend/cpu/pool/pool_tiled.inc"
 }  // namespace mpx::cpu::avx2

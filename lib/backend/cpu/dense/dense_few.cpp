@@ -2,7 +2,7 @@
 // Dense layers with few outputs on 16-bit operands (dense_few.h): the switch, the split of
 // the rows or columns over the OpenMP threads, and the baseline build of the loops
 // (dense_few.inc).
-#include "backend/cpu/dense_few.h"
+#include "backend/cpu/dense/dense_few.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -23,7 +23,7 @@ namespace dfew_base {
 constexpr int kL = 4;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/dense_few.inc"
+#include "backend/cpu/dense/dense_few.inc"
 }  // namespace dfew_base
 
 namespace {

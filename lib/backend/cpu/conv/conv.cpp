@@ -13,12 +13,12 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include "backend/cpu/conv_fwd_small.h"
-#include "backend/cpu/conv_loops.h"
-#include "backend/cpu/conv_native.h"
-#include "backend/cpu/conv_wgrad.h"
-#include "backend/cpu/conv_wgrad_small.h"
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_loops.h"
+#include "backend/cpu/conv/conv_native.h"
+#include "backend/cpu/conv/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
 #include "core/env.h"
 #include "core/error.h"

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/context.h"
-#include "backend/cpu/conv_wgrad.h"
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_wgrad.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "core/env.h"
 #include "core/error.h"
 

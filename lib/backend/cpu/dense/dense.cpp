@@ -15,9 +15,9 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/dnnl_util.h"
-#include "backend/cpu/dense_few.h"
-#include "backend/cpu/dense_native.h"
-#include "backend/cpu/dense_rows.h"
+#include "backend/cpu/dense/dense_few.h"
+#include "backend/cpu/dense/dense_native.h"
+#include "backend/cpu/dense/dense_rows.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {

@@ -2,7 +2,7 @@
 // The few-input-channel forward convolution (conv_fwd_small.h): the rule, the filters as
 // [tap][K], the split of the output rows over the OpenMP threads, and the baseline build of the
 // loop (conv_fwd_small.inc).
-#include "backend/cpu/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -22,8 +22,8 @@ namespace fsmall_base {
 constexpr int kL = 4;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/conv_small_rows.inc"
-#include "backend/cpu/conv_fwd_small.inc"
+#include "backend/cpu/conv/conv_small_rows.inc"
+#include "backend/cpu/conv/conv_fwd_small.inc"
 }  // namespace fsmall_base
 
 namespace {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/elem16.h"
 #include "backend/device_info.h"
 #include "core/dtype.h"

@@ -7,7 +7,7 @@
 // tap], one GEMM per tile. Each thread builds its tiles (a few image rows) in its own
 // scratch, runs oneDNN's sgemm on them and sums into its own copy of dw; the copies are
 // added at the end.
-#include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad.h"
 
 #include <dnnl.h>
 #include <omp.h>

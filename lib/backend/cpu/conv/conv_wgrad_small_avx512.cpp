@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cpu/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/elem16.h"
 #include "core/half.h"
 
@@ -15,6 +15,6 @@ namespace mpx::cpu::wsmall_avx512 {
 constexpr int kL = 16;
 constexpr int kRegs = 32;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/conv_small_rows.inc"
-#include "backend/cpu/conv_wgrad_small.inc"
+#include "backend/cpu/conv/conv_small_rows.inc"
+#include "backend/cpu/conv/conv_wgrad_small.inc"
 }  // namespace mpx::cpu::wsmall_avx512

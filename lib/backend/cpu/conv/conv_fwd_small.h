@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv/conv_loops.h"
 #include "core/dtype.h"
 
 namespace mpx::cpu {

@@ -2,14 +2,14 @@
 // Convolutions on oneDNN's native 16-bit kernels (conv_native.h). Operands stay 16-bit,
 // oneDNN accumulates in float32 and rounds each 16-bit output once; the weight gradient
 // comes out in float32 and is rounded to dw's dtype by f32_commit, as on the widened path.
-#include "backend/cpu/conv_native.h"
+#include "backend/cpu/conv/conv_native.h"
 
 #include <memory>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/native16.h"
 

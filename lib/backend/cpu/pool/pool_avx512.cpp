@@ -8,8 +8,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cpu/pool_tiled.h"
+#include "backend/cpu/pool/pool_tiled.h"
 
 namespace mpx::cpu::avx512 {
-#include "backend/cpu/pool_tiled.inc"
+#include "backend/cpu/pool/pool_tiled.inc"
 }  // namespace mpx::cpu::avx512

@@ -2,14 +2,14 @@
 // Dense layers on oneDNN's native 16-bit kernels (dense_native.h): 16-bit operands,
 // float32 accumulation, each 16-bit output rounded once; the weight gradient in float32,
 // rounded to dw's dtype by f32_commit as on the widened path.
-#include "backend/cpu/dense_native.h"
+#include "backend/cpu/dense/dense_native.h"
 
 #include <memory>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "backend/cpu/dense_rows.h"
+#include "backend/cpu/dense/dense_rows.h"
 #include "backend/cpu/native16.h"
 
 namespace mpx::cpu {

@@ -2,7 +2,7 @@
 // Winograd convolution F(m x m, 3 x 3) (docs/cpu-performance.md, "Winograd convolution"):
 // the filter transform, the scratch layout, the split of tile blocks over the OpenMP threads
 // and the choice of the transforms' ISA build. The per-block work is conv_winograd.inc.
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 
 #include <dnnl.h>
 #include <immintrin.h>
@@ -19,7 +19,7 @@ namespace mpx::cpu {
 namespace wino_base {
 constexpr int kCB = 4;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/conv_winograd.inc"
+#include "backend/cpu/conv/conv_winograd.inc"
 }  // namespace wino_base
 
 namespace {

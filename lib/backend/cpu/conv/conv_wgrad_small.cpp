@@ -2,7 +2,7 @@
 // The few-input-channel weight gradient (conv_wgrad_small.h): the rule, the split of the
 // output rows over the OpenMP threads, the threads' sums added in thread order, and the
 // baseline build of the loop (conv_wgrad_small.inc).
-#include "backend/cpu/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <string>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
 #include "core/half.h"
 
@@ -20,8 +20,8 @@ namespace wsmall_base {
 constexpr int kL = 4;
 constexpr int kRegs = 16;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/conv_small_rows.inc"
-#include "backend/cpu/conv_wgrad_small.inc"
+#include "backend/cpu/conv/conv_small_rows.inc"
+#include "backend/cpu/conv/conv_wgrad_small.inc"
 }  // namespace wsmall_base
 
 namespace {

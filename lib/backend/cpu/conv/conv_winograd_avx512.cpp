@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "core/error.h"
 #include "core/half.h"
 
 namespace mpx::cpu::wino_avx512 {
 constexpr int kCB = 16;
 #include "backend/cpu/elem16.inc"
-#include "backend/cpu/conv_winograd.inc"
+#include "backend/cpu/conv/conv_winograd.inc"
 }  // namespace mpx::cpu::wino_avx512

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The plain float32 loops of the CPU backend's convolutions (conv_loops.h).
-#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv/conv_loops.h"
 
 #include <cstring>
 
