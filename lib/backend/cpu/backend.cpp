@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "backend/cpu/native16.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/switches.h"
 #include "core/half.h"
 
 namespace mpx {
@@ -41,12 +42,8 @@ std::string cpu_model_name() {
   }
   return "unknown CPU";
 }
-// MPX_CPU_PROFILE=1: wall time per op, printed to stderr when the backend goes away
-// (ops run synchronously on the CPU, so the time of a call is the op's time).
-bool profiling() {
-  static const bool v = env_flag("MPX_CPU_PROFILE");
-  return v;
-}
+// MPX_CPU_PROFILE=1 (profiling(), switches.h): wall time per op, printed to stderr when the
+// backend goes away (ops run synchronously on the CPU, so the time of a call is the op's time).
 
 struct OpTimes {
   struct Entry {

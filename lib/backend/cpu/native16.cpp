@@ -6,7 +6,7 @@
 
 #include <utility>
 
-#include "core/env.h"
+#include "backend/cpu/switches.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
@@ -43,20 +43,10 @@ bool has_f16() {
 #endif
 }
 
-enum class Mode { Auto, Native, Widen };
-
-/// MPX_CPU_16BIT: unset or "auto" takes the native kernels where they beat widening (AMX);
-/// "native" wherever oneDNN has them for the CPU; "widen" never. Anything else is exit 2.
-Mode mode() {
-  static const Mode m = [] {
-    const std::string s = env_string("MPX_CPU_16BIT");
-    if (s.empty() || s == "auto") return Mode::Auto;
-    if (s == "native") return Mode::Native;
-    if (s == "widen") return Mode::Widen;
-    throw ConfigError("environment variable MPX_CPU_16BIT='" + s + "': expected auto, native or widen (or unset it)");
-  }();
-  return m;
-}
+// MPX_CPU_16BIT (switches.h): unset or "auto" takes the native kernels where they beat
+// widening; "native" wherever oneDNN has them for the CPU; "widen" never.
+using Mode = Math16Mode;
+Mode mode() { return math16_mode(); }
 
 // The instruction sets oneDNN's native kernels need, and those with which they beat the
 // widened path (measured: docs/precision.md, "16-bit arithmetic on the CPU").
@@ -126,11 +116,10 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
 
 bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
 
-bool wants_native(Context& ctx, DType t, const PlanKey& key) {
+bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted) {
   if (t == DType::F32) return false;
-  const bool native = path16(t).native && !reference_loops();
-  if (!native) ctx.note_math16(t, key, false);
-  return native;
+  if (!wanted) ctx.note_math16(t, key, false);
+  return wanted;
 }
 
 bool run_native_weight_gradient(Context& ctx, NativePlan& plan, DType t, const PlanKey& key, const Tensor& x,

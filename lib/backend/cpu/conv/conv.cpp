@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Convolution forward / backward-data / backward-filter, NHWC with KRSC filters.
-// 16-bit operands run on oneDNN's native 16-bit kernels where the CPU has them
-// (conv_native.cpp); otherwise Winograd's transforms convert them as they read and write
-// (conv_winograd.inc) where Winograd runs, and elsewhere they are widened into float32
-// scratch, the float32 kernel runs, and 16-bit outputs are rounded once from its result.
+// Convolution forward / backward-data / backward-filter, NHWC with KRSC filters. Which
+// kernel runs is conv_choose.h's answer; this file runs it: oneDNN's native 16-bit kernels
+// (conv_native.cpp), mpx's kernels that convert 16-bit operands themselves (Winograd's
+// transforms, the few-channel kernels), or a float32 kernel on widened copies whose 16-bit
+// outputs are rounded once from its result.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include "backend/cpu/conv/conv_choose.h"
 #include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/conv/conv_native.h"
@@ -20,9 +21,9 @@
 #include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/switches.h"
 
 namespace mpx::cpu {
 
@@ -36,9 +37,7 @@ enum ConvOp : int64_t {
   kConvFwd = 101,
   kConvBwdData = 102,
   kConvBwdFilter = 103,
-  kConvWgradChoice = 104,
-  kConvWgradSmall = 108,
-  kConvFwdSmall = 109
+  kConvChoice = 110
 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
@@ -46,17 +45,6 @@ PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) 
   k << op << g.N << g.H << g.W << g.C << g.K << g.R << g.S << p.stride_h << p.stride_w << p.pad_top << p.pad_left
     << p.pad_bottom << p.pad_right << flags;
   return k;
-}
-
-// Activations in NHWC in place, or in oneDNN's blocked layout (nChw8c on AVX2) with
-// reorders from/to NHWC around the primitive. Measured on AVX2 (2 threads): blocked is
-// ~2x faster for C=64->K=128 3x3 even with the reorders, slower for the first layer
-// (C = 1 or 3). Default: blocked when C and K are multiples of 8 and >= 16;
-// MPX_CONV_BLOCKED=0/1 forces one or the other.
-bool blocked_activations(const Geo& g) {
-  static const int force = env_string("MPX_CONV_BLOCKED").empty() ? -1 : env_flag("MPX_CONV_BLOCKED") ? 1 : 0;
-  if (force >= 0) return force == 1;
-  return g.C >= 16 && g.K >= 16 && g.C % 8 == 0 && g.K % 8 == 0;
 }
 
 struct ConvDescs {
@@ -73,7 +61,9 @@ ConvDescs conv_descs(const Conv2dParams& p, const Geo& g) {
   // blocked weights layout of its JIT kernels and reorder (K*R*S*C elements, cheap).
   d.wei_any = dnnl::memory::desc({g.K, g.C, g.R, g.S}, dt::f32, tag::any);
   d.bias = dnnl::memory::desc({g.K}, dt::f32, tag::x);
-  const bool blk = blocked_activations(g);
+  // Activations in NHWC in place, or in oneDNN's blocked layout (nChw8c on AVX2) with
+  // reorders from/to NHWC around the primitive (conv_choose.h decides).
+  const bool blk = conv_blocked_layout(g);
   d.src_any = blk ? dnnl::memory::desc({g.N, g.C, g.H, g.W}, dt::f32, tag::any) : d.src;
   d.dst_any = blk ? dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::any)
                   : dnnl::memory::desc({g.N, g.K, g.P, g.Q}, dt::f32, tag::nhwc);
@@ -177,124 +167,94 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
   });
 }
 
-// ---- the weight gradient: oneDNN's kernel or mpx's GEMM one (conv_wgrad.cpp) ---------------
-
-// The weight-gradient kernels: MPX_CONV_WGRAD (wgrad_mode(), conv_wgrad.h) picks among the
-// few-channel kernel (use_wgrad_small), oneDNN's, and mpx's GEMM kernel, which "auto" runs
-// where wgrad_gemm_rule() (conv_wgrad.cpp) says: a fixed rule by shape and ISA, so that a run
-// and its resume compute the same bits (docs/cpu-performance.md).
-
-struct WgradChoice : Plan {
-  bool gemm = false;
-};
+// ---- the chosen kernel of each op and shape (conv_choose.h) ----------------------------
 
 WgradGeo wgrad_geo(const Geo& g) { return {g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.P, g.Q, g.pt, g.pl}; }
 
-void run_wgrad_gemm(Context& ctx, const Geo& g, const float* x, const float* dy, float* dw, float* db) {
-  const WgradGeo wg = wgrad_geo(g);
-  float* scratch = ctx.scratch(kSlotTmp0, wgrad_gemm_scratch(wg, omp_get_max_threads()));
-  conv_wgrad_gemm(wg, x, dy, dw, db, scratch);
+struct ChoicePlan : Plan {
+  ConvChoice choice;
+};
+
+const char* pass_what(ConvPass pass) {
+  return pass == ConvPass::Forward        ? "convolution forward"
+         : pass == ConvPass::BackwardData ? "convolution backward data"
+                                          : "convolution backward weights";
 }
 
-/// Whether this shape's weight gradient runs the GEMM kernel; the choice is recorded with
-/// the kernels on the first call of each shape.
-bool use_wgrad_gemm(Context& ctx, const Conv2dParams& p, const Geo& g) {
-  const WgradMode mode = wgrad_mode();
-  if (mode == WgradMode::Default || mode == WgradMode::OneDnn ||
-      !wgrad_gemm_applies(wgrad_geo(g), p.stride_h, p.stride_w))
-    return false;
-  bool made = false;
-  WgradChoice& c = ctx.plan<WgradChoice>(conv_key(kConvWgradChoice, p, g, 0), [&] {
-    made = true;
-    return new WgradChoice;
-  });
-  if (!made) return c.gemm;
-  c.gemm = mode == WgradMode::Gemm || wgrad_gemm_rule(wgrad_geo(g));
-  if (c.gemm)
-    ctx.note_kernel(conv_what("convolution backward weights", g),
-                    mode == WgradMode::Gemm ? "gemm:sgemm (MPX_CONV_WGRAD=gemm)" : "gemm:sgemm (MPX_CONV_WGRAD=auto)");
-  return c.gemm;
+/// The chooser's answer for this op and shape, asked once (then cached with the plans); mpx's
+/// own kernels are recorded in the kernels list then (oneDNN's when their plan is made).
+const ConvChoice& choice(Context& ctx, ConvQuery q) {
+  q.configured = ctx.winograd;
+  PlanKey k = conv_key(kConvChoice, q.p, q.g, static_cast<int64_t>(q.pass));
+  k << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.out) << act_key(q.act) << (q.keep_pre ? 1 : 0)
+    << (q.native_refused ? 1 : 0);
+  return ctx.plan<ChoicePlan>(k, [&] {
+           auto* c = new ChoicePlan;
+           c->choice = choose_conv(q);
+           const ConvKernel kk = c->choice.kernel;
+           if (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 || kk == ConvKernel::FewChannels ||
+               kk == ConvKernel::WgradGemm)
+             ctx.note_kernel(conv_what(pass_what(q.pass), q.g), c->choice.name);
+           return c;
+         })
+      .choice;
 }
 
-struct WgradSmallNoted : Plan {};
-
-/// Whether this weight gradient runs conv_wgrad_small's loop: its shapes (the first layers),
-/// x and dy of one dtype, and MPX_CONV_WGRAD unset or auto (onednn and gemm ask for those
-/// kernels). Records the kernel once per shape and dtype.
-bool use_wgrad_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Tensor& x, const Tensor& dy) {
-  const WgradMode mode = wgrad_mode();
-  if (!(mode == WgradMode::Default || mode == WgradMode::Auto) || reference_loops() || x.dtype != dy.dtype || !conv_wgrad_small_applies(g)) return false;
-  ctx.plan<WgradSmallNoted>(conv_key(kConvWgradSmall, p, g, static_cast<int64_t>(x.dtype)), [&] {
-    ctx.note_kernel(conv_what("convolution backward weights", g),
-                    fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),
-                                is_16bit(x.dtype) ? fmt::format(", {} rows widened in cache", dtype_name(x.dtype))
-                                                  : std::string()));
-    return new WgradSmallNoted;
-  });
-  return true;
+ConvQuery query(ConvPass pass, const Conv2dParams& p, const Geo& g, DType in, DType out) {
+  ConvQuery q;
+  q.pass = pass, q.p = p, q.g = g, q.in = in, q.out = out;
+  return q;
 }
 
-struct FwdSmallNoted : Plan {};
-
-/// Whether this forward convolution runs conv_fwd_small's loop: its shapes (the first layers),
-/// 16-bit x and y of one dtype (it rounds the output once in cache, where oneDNN's float32
-/// kernel needs a separate rounding pass; in float32 oneDNN's kernel is the faster one), no
-/// activation other than relu, no pre-activation kept, and MPX_CONV_FORWARD unset or auto.
-/// Records the kernel once per shape and dtype.
-bool use_fwd_small(Context& ctx, const Conv2dParams& p, const Geo& g, const Tensor& x, const Tensor& y,
-                   Activation act, const Tensor& pre) {
-  // The switch first: a bad value is exit 2 on every net with a convolution.
-  if (!conv_fwd_small_enabled() || !is_16bit(y.dtype) || x.dtype != y.dtype || !pre.empty() ||
-      !(act.is_none() || act.kind == ActKind::Relu) || reference_loops() || !conv_fwd_small_applies(g))
-    return false;
-  ctx.plan<FwdSmallNoted>(conv_key(kConvFwdSmall, p, g, static_cast<int64_t>(x.dtype)), [&] {
-    ctx.note_kernel(conv_what("convolution forward", g),
-                    fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(),
-                                dtype_name(x.dtype)));
-    return new FwdSmallNoted;
-  });
-  return true;
-}
-
-/// Whether 16-bit activations a and b (of one dtype) can go to the Winograd kernel as they
-/// are: no float32 copies, the same bits as the widened path (docs/cpu-performance.md,
-/// "16-bit without native math"). Whether Winograd runs for the shape is winograd_tile()'s.
-bool wino_direct(const Tensor& a, const Tensor& b) {
-  return is_16bit(a.dtype) && a.dtype == b.dtype && !reference_loops();
+WinoGeo with_block(WinoGeo wg) {
+  wg.tiles_per_block = winograd_tiles_per_block(wg);
+  return wg;
 }
 
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
-// 16-bit operands on oneDNN's native 16-bit kernels where the CPU has them (conv_native.cpp);
-// otherwise float32 math in oneDNN, 16-bit tensors through float32 scratch (f32_in/f32_out)
-// and rounded once on the way out. The plain loops above are kept for
-// MPX_CPU_REFERENCE=1 (reference_loops(), context.h: debugging a suspected oneDNN problem).
+// 16-bit operands on oneDNN's native 16-bit kernels where the chooser says so
+// (conv_native.cpp); otherwise 16-bit tensors converted in mpx's kernels, or through float32
+// scratch (f32_in/f32_out) for the float32 kernels and rounded once on the way out. The plain
+// loops (conv_loops.h) run under MPX_CPU_REFERENCE=1 (a suspected oneDNN problem).
 
 void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& y, Activation act, const Tensor& pre) {
-  if (conv_native_forward(ctx, p, x, w, bias, y, act, pre)) return;
   const Geo g = geometry(p, x.shape, w.shape);
-  const bool wino_relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's relu keeps NaN
+  ConvQuery q = query(ConvPass::Forward, p, g, x.dtype, y.dtype);
+  q.act = act, q.keep_pre = !pre.empty();
+  const ConvChoice* c = &choice(ctx, q);
+  if (conv_native_forward(ctx, p, x, w, bias, y, act, pre, c->kernel == ConvKernel::Native16)) return;
+  if (c->kernel == ConvKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, q);
+  }
+  const bool relu = act.kind == ActKind::Relu && pre.empty();  // Winograd's and mpx's relu keep NaN
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
-  if (wino_direct(x, y) && pre.empty() && (act.is_none() || wino_relu) &&
-      winograd_forward(ctx, p, g, x.data, wf, bf, wino_relu, y.data, x.dtype))
+  if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
+    const bool direct = c->kernel == ConvKernel::Winograd16;
+    const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0});
+    float* u = ctx.scratch(kSlotTmp1, winograd_weight_floats(wg));
+    winograd_weights(wg, wf, false, u);
+    const void* xin = direct ? x.data : f32_in(ctx, kSlotX, x);
+    float* yf = direct ? nullptr : f32_out(ctx, kSlotY, y);
+    float* scratch = ctx.scratch(kSlotTmp0, winograd_scratch(wg, omp_get_max_threads()));
+    conv_winograd(wg, xin, u, bf, relu, direct ? y.data : yf, scratch, direct ? x.dtype : DType::F32);
+    if (!direct) activation_epilogue(relu ? Activation::None : act, yf, y, pre);
     return;
-  if (use_fwd_small(ctx, p, g, x, y, act, pre)) {
+  }
+  if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_scratch(g, omp_get_max_threads()));
     conv_fwd_small(g, x.data, wf, bf, act.kind == ActKind::Relu, y.data, x.dtype, scratch);
     return;
   }
   const float* xf = f32_in(ctx, kSlotX, x);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (reference_loops()) {
+  if (c->kernel == ConvKernel::Reference) {
     conv_forward_loops(g, xf, wf, bf, yf);
     activation_epilogue(act, yf, y, pre);
-    return;
-  }
-  if (winograd_forward(ctx, p, g, xf, wf, bf, wino_relu, yf)) {
-    activation_epilogue(wino_relu ? Activation::None : act, yf, y, pre);
     return;
   }
   const Activation fused = conv_post_op(act, pre);
@@ -309,15 +269,33 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                           const Tensor& dx) {
-  if (conv_native_backward_data(ctx, p, dy, w, dx)) return;
   const Geo g = geometry(p, dx.shape, w.shape);
+  ConvQuery q = query(ConvPass::BackwardData, p, g, dy.dtype, dx.dtype);
+  const ConvChoice* c = &choice(ctx, q);
+  if (conv_native_backward_data(ctx, p, dy, w, dx, c->kernel == ConvKernel::Native16)) return;
+  if (c->kernel == ConvKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, q);
+  }
   const float* wf = f32_in(ctx, kSlotW, w);
-  if (wino_direct(dy, dx) && winograd_backward_data(ctx, p, g, dy.data, wf, dx.data, dy.dtype)) return;
+  if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
+    const bool direct = c->kernel == ConvKernel::Winograd16;
+    // dx = dy convolved with w turned by 180 degrees, K in and C out, padding 2 - the forward's.
+    const WinoGeo wg = with_block({g.N, g.P, g.Q, g.K, g.H, g.W, g.C, 2 - p.pad_top, 2 - p.pad_left, c->tile, 0});
+    float* u = ctx.scratch(kSlotTmp1, winograd_weight_floats(wg));
+    winograd_weights(wg, wf, true, u);
+    const void* dyin = direct ? dy.data : f32_in(ctx, kSlotDY, dy);
+    float* dxf = direct ? nullptr : f32_out(ctx, kSlotDX, dx);
+    float* scratch = ctx.scratch(kSlotTmp0, winograd_scratch(wg, omp_get_max_threads()));
+    conv_winograd(wg, dyin, u, nullptr, false, direct ? dx.data : dxf, scratch, direct ? dy.dtype : DType::F32);
+    if (!direct) f32_commit(dxf, dx);
+    return;
+  }
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  if (reference_loops()) {
+  if (c->kernel == ConvKernel::Reference) {
     conv_backward_data_loops(g, dyf, wf, dxf);
-  } else if (!winograd_backward_data(ctx, p, g, dyf, wf, dxf)) {
+  } else {
     DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
     plan.bind(DNNL_ARG_DIFF_DST, dyf);
     plan.bind(DNNL_ARG_WEIGHTS, wf);
@@ -329,27 +307,40 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
 
 void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                             const Tensor& dw, const Tensor& db) {
-  if (conv_native_backward_filter(ctx, p, x, dy, dw, db)) return;
   const Geo g = geometry(p, x.shape, dw.shape);
+  ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, dy.dtype);
+  const ConvChoice* c = &choice(ctx, q);
+  if (conv_native_backward_filter(ctx, p, x, dy, dw, db, c->kernel == ConvKernel::Native16)) return;
+  if (c->kernel == ConvKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, q);
+  }
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (use_wgrad_small(ctx, p, g, x, dy)) {
+  if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
     conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
-  } else if (!(wino_direct(x, dy) && winograd_backward_filter(ctx, p, g, x.data, dy.data, dwf, dbf, x.dtype))) {
+  } else if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
+    const bool direct = c->kernel == ConvKernel::Winograd16;
+    const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0});
+    const void* xin = direct ? x.data : f32_in(ctx, kSlotX, x);
+    const void* dyin = direct ? dy.data : f32_in(ctx, kSlotDY, dy);
+    float* scratch = ctx.scratch(kSlotTmp0, winograd_wgrad_scratch(wg, omp_get_max_threads()));
+    conv_winograd_wgrad(wg, xin, dyin, dwf, dbf, scratch, direct ? x.dtype : DType::F32);
+  } else {
     const float* xf = f32_in(ctx, kSlotX, x);
     const float* dyf = f32_in(ctx, kSlotDY, dy);
-    if (reference_loops()) {
+    if (c->kernel == ConvKernel::Reference) {
       conv_backward_filter_loops(g, xf, dyf, dwf, dbf);
-    } else if (!winograd_backward_filter(ctx, p, g, xf, dyf, dwf, dbf)) {
-      if (use_wgrad_gemm(ctx, p, g)) {
-        run_wgrad_gemm(ctx, g, xf, dyf, dwf, dbf);
-      } else {
-        // The bias gradient is a sum over dy's rows, faster in one vectorised pass than in
-        // oneDNN's weight-gradient primitive (docs/cpu-performance.md, "The bias gradient").
-        run_weight_gradient(ctx, conv_bwd_filter_plan(ctx, p, g, false), xf, dyf, dwf, nullptr);
-        if (dbf) bias_gradient_rows(dyf, g.N * g.P * g.Q, g.K, dbf);
-      }
+    } else if (c->kernel == ConvKernel::WgradGemm) {
+      const WgradGeo wg = wgrad_geo(g);
+      float* scratch = ctx.scratch(kSlotTmp0, wgrad_gemm_scratch(wg, omp_get_max_threads()));
+      conv_wgrad_gemm(wg, xf, dyf, dwf, dbf, scratch);
+    } else {
+      // The bias gradient is a sum over dy's rows, faster in one vectorised pass than in
+      // oneDNN's weight-gradient primitive (docs/cpu-performance.md, "The bias gradient").
+      run_weight_gradient(ctx, conv_bwd_filter_plan(ctx, p, g, false), xf, dyf, dwf, nullptr);
+      if (dbf) bias_gradient_rows(dyf, g.N * g.P * g.Q, g.K, dbf);
     }
   }
   f32_commit(dwf, dw);

@@ -12,7 +12,6 @@
 
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -44,16 +43,6 @@ Layout layout(const conv_detail::Geo& g) {
 }
 
 }  // namespace
-
-bool conv_fwd_small_enabled() {
-  static const bool on = [] {
-    const std::string v = env_string("MPX_CONV_FORWARD");
-    if (v.empty() || v == "auto") return true;
-    if (v == "onednn") return false;
-    throw ConfigError("environment variable MPX_CONV_FORWARD='" + v + "': expected auto or onednn (or unset it)");
-  }();
-  return on;
-}
 
 bool conv_fwd_small_applies(const conv_detail::Geo& g) { return conv_detail::few_channel_shape(g); }
 

@@ -15,9 +15,7 @@
 
 namespace mpx::cpu {
 
-/// MPX_CONV_FORWARD: unset or "auto" runs conv_fwd_small where the backend's rule takes it,
-/// "onednn" never; another value throws ConfigError (exit 2). Read once per process.
-bool conv_fwd_small_enabled();
+// MPX_CONV_FORWARD: conv_fwd_small_enabled() (switches.h); where it runs: conv_choose.h.
 
 /// Whether conv_fwd_small computes this convolution: stride 1, C <= 4, K in {16, 32, 64},
 /// R * S * C <= 64.

@@ -66,7 +66,7 @@ Activation conv_post_op(Activation act, const Tensor& pre) {
 }
 
 bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                         const Tensor& y, Activation act, const Tensor& pre) {
+                         const Tensor& y, Activation act, const Tensor& pre, bool wanted) {
   const DType t = x.dtype;
   const Geo g = geometry(p, x.shape, w.shape);
   const Activation fused = conv_post_op(act, pre);
@@ -75,7 +75,7 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
   const bool direct = pre.empty() && (act.is_none() || !fused.is_none());
   PlanKey key = native_key(kNativeFwd, p, g, t, (bias.empty() ? 0 : 1) | (direct ? 2 : 0));
   key << act_key(fused);
-  if (!wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key, wanted)) return false;
   const std::string what = native_what("convolution forward", t, g);
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
@@ -103,11 +103,11 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
 }
 
 bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                               const Tensor& dx) {
+                               const Tensor& dx, bool wanted) {
   const DType t = dy.dtype;
   const Geo g = geometry(p, dx.shape, w.shape);
   const PlanKey key = native_key(kNativeBwdData, p, g, t, 0);
-  if (!wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key, wanted)) return false;
   const std::string what = native_what("convolution backward data", t, g);
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
@@ -133,11 +133,11 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
 }
 
 bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                 const Tensor& dw, const Tensor& db) {
+                                 const Tensor& dw, const Tensor& db, bool wanted) {
   const DType t = x.dtype;
   const Geo g = geometry(p, x.shape, dw.shape);
   const PlanKey key = native_key(kNativeBwdFilter, p, g, t, db.empty() ? 0 : 1);
-  if (!wants_native(ctx, t, key)) return false;
+  if (!wants_native(ctx, t, key, wanted)) return false;
   const std::string what = native_what("convolution backward weights", t, g);
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Convolutions with 16-bit operands on oneDNN's native bf16/f16 kernels (native16.h;
-// docs/precision.md, "16-bit arithmetic on the CPU"). Each returns false, having done
-// nothing, where the op takes the widened path instead (float32 operands, the path
-// switched off or not available on this CPU, or oneDNN only has a reference kernel for
-// this shape); conv.cpp then runs its float32 kernel on widened copies.
+// docs/precision.md, "16-bit arithmetic on the CPU"). `wanted` is the chooser's answer
+// (conv_choose.h: Native16). Each returns false, having done nothing, where the op takes
+// another kernel: not wanted (recorded as widened for a 16-bit op), or oneDNN has only a
+// reference kernel for this shape (conv.cpp then asks the chooser again).
 #pragma once
 
 #include "backend/cpu/ops.h"
@@ -19,10 +19,10 @@ namespace mpx::cpu {
 Activation conv_post_op(Activation act, const Tensor& pre);
 
 bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                         const Tensor& y, Activation act, const Tensor& pre);
+                         const Tensor& y, Activation act, const Tensor& pre, bool wanted);
 bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                               const Tensor& dx);
+                               const Tensor& dx, bool wanted);
 bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                 const Tensor& dw, const Tensor& db);
+                                 const Tensor& dw, const Tensor& db, bool wanted);
 
 }  // namespace mpx::cpu

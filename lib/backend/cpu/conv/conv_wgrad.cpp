@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
@@ -101,18 +100,6 @@ void gemm_tile(const WgradGeo& g, const float* dy_tile, const float* x_tile, int
 }
 
 }  // namespace
-
-WgradMode wgrad_mode() {
-  static const WgradMode m = [] {
-    const std::string v = env_string("MPX_CONV_WGRAD");
-    if (v.empty()) return WgradMode::Default;
-    if (v == "onednn") return WgradMode::OneDnn;
-    if (v == "auto") return WgradMode::Auto;
-    if (v == "gemm") return WgradMode::Gemm;
-    throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected onednn, auto or gemm (or unset it)");
-  }();
-  return m;
-}
 
 bool wgrad_gemm_applies(const WgradGeo& g, int stride_h, int stride_w) {
   return stride_h == 1 && stride_w == 1 && g.P > 0 && g.Q > 0 && g.pt >= 0 && g.pl >= 0;

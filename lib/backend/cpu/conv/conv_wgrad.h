@@ -13,13 +13,10 @@ struct WgradGeo {
   int64_t pt, pl;  // top and left padding
 };
 
-/// MPX_CONV_WGRAD, read once per process (docs/environment.md): unset (Default: the
-/// few-channel kernel where it applies, else oneDNN's), onednn, auto (Default plus the GEMM
-/// kernel where wgrad_gemm_rule says) or gemm (the GEMM kernel wherever it applies, Winograd's
-/// weight gradient included). Any other value throws ConfigError (exit 2) at the first
-/// weight gradient.
-enum class WgradMode { Default, OneDnn, Auto, Gemm };
-WgradMode wgrad_mode();
+// MPX_CONV_WGRAD (wgrad_mode(), switches.h; docs/environment.md): unset (the few-channel
+// kernel where it applies, else oneDNN's), onednn, auto (that plus the GEMM kernel where
+// wgrad_gemm_rule says) or gemm (the GEMM kernel wherever it applies, Winograd's weight
+// gradient included). Which kernel runs: conv_choose.h.
 
 /// Whether conv_wgrad_gemm computes this convolution (stride 1 in both directions).
 bool wgrad_gemm_applies(const WgradGeo& g, int stride_h, int stride_w);

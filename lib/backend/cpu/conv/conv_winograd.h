@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cpu/conv/conv_choose.h"
 #include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/elem16.h"
 #include "backend/device_info.h"
@@ -63,26 +64,8 @@ size_t winograd_wgrad_scratch(const WinoGeo& g, int threads);
 void conv_winograd_wgrad(const WinoGeo& g, const void* in, const void* dy, float* dw, float* db, float* scratch,
                          DType io = DType::F32);
 
-// ---- the hook of conv.cpp (conv_winograd_op.cpp) ----------------------------------------
-
-/// The tile size MPX_CONV_WINOGRAD and the shape rule pick for this convolution's forward and
-/// backward-data passes (or its weight gradient, `wgrad`): 4, 2, or 0 for oneDNN's kernel. A
-/// fixed rule (shape, ISA), never a timing: a run and its resume compute the same bits.
-int winograd_tile(const Conv2dParams& p, const conv_detail::Geo& g, bool wgrad = false,
-                  WinogradMode configured = WinogradMode::Auto);
-
-/// y = conv(x, w) + b (then relu when asked) by Winograd when winograd_tile() is not 0; returns
-/// false (nothing written) otherwise. x and y hold `io` elements, w and b float32.
-bool winograd_forward(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* x, const float* w,
-                      const float* b, bool relu, void* y, DType io = DType::F32);
-/// dw (and db) of the convolution by Winograd when winograd_tile() is not 0 and
-/// MPX_CONV_WGRAD does not ask for the GEMM kernel. x and dy hold `io` elements.
-bool winograd_backward_filter(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* x,
-                              const void* dy, float* dw, float* db, DType io = DType::F32);
-/// dx = the backward-data convolution of dy by Winograd when winograd_tile() is not 0. dy and
-/// dx hold `io` elements, w float32.
-bool winograd_backward_data(Context& ctx, const Conv2dParams& p, const conv_detail::Geo& g, const void* dy,
-                            const float* w, void* dx, DType io = DType::F32);
+// Where it runs (MPX_CONV_WINOGRAD, cpu.winograd, the shape rule): winograd_tile() and
+// choose_conv() in conv_choose.h; conv.cpp calls the routines above with the Context's scratch.
 
 /// Which build of the transforms runs: "avx512", "avx2" or "baseline" (cpuid).
 const char* winograd_isa();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Dense (fully connected) layer: x [N, Cin], w [Cout, Cin] (Keras kernel
-// transposed, cuBLAS-friendly), y [N, Cout]. 16-bit as in conv.cpp: oneDNN's native
-// 16-bit kernels where the CPU has them (native16.h), else widened to float32.
+// transposed, cuBLAS-friendly), y [N, Cout]. Which kernel runs is dense_choose.h's answer:
+// oneDNN's native 16-bit kernels (dense_native.cpp), mpx's few-output loops (dense_few.h),
+// or oneDNN's float32 inner product on widened copies.
 // oneDNN inner product (bias fused; the activation a post-op where dnnl_util.h's
 // exact_post_op says so, else activation_epilogue's pass, which also keeps relu's NaN) with
 // the user layouts nc / oi / nc, one cached plan per shape, run on fixed chunks of rows (see
@@ -15,7 +16,9 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/dnnl_util.h"
+#include "backend/cpu/dense/dense_choose.h"
 #include "backend/cpu/dense/dense_few.h"
+#include "backend/cpu/dense/dense_loops.h"
 #include "backend/cpu/dense/dense_native.h"
 #include "backend/cpu/dense/dense_rows.h"
 #include "backend/cpu/ops.h"
@@ -26,55 +29,9 @@ using namespace dense_detail;
 
 namespace {
 
-// y = x w^T + b (the activation follows in activation_epilogue).
-void dense_forward_loops(int64_t N, int64_t Ci, int64_t Co, const float* x, const float* w, const float* b,
-                         float* y) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < Co; ++o) {
-      const float* xi = x + n * Ci;
-      const float* wo = w + o * Ci;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t i = 0; i < Ci; ++i) acc += xi[i] * wo[i];
-      acc += b ? b[o] : 0.0f;
-      y[n * Co + o] = acc;
-    }
-}
-
-void dense_backward_data_loops(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, float* dx) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* d = dx + n * Ci;
-    std::memset(d, 0, sizeof(float) * static_cast<size_t>(Ci));
-    for (int64_t o = 0; o < Co; ++o) {
-      const float g = dy[n * Co + o];
-      const float* wo = w + o * Ci;
-      for (int64_t i = 0; i < Ci; ++i) d[i] += g * wo[i];
-    }
-  }
-}
-
-void dense_backward_weights_loops(int64_t N, int64_t Ci, int64_t Co, const float* x, const float* dy, float* dw,
-                                  float* db) {
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < Co; ++o) {
-    float* d = dw + o * Ci;
-    std::memset(d, 0, sizeof(float) * static_cast<size_t>(Ci));
-    float bsum = 0.0f;
-    for (int64_t n = 0; n < N; ++n) {
-      const float g = dy[n * Co + o];
-      bsum += g;
-      const float* xi = x + n * Ci;
-      for (int64_t i = 0; i < Ci; ++i) d[i] += g * xi[i];
-    }
-    if (db) db[o] = bsum;
-  }
-}
-
 // ---- oneDNN inner product (dense_rows.h: why in chunks of kRows rows) -------------------
 
-enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203, kDenseFew = 204 };
+enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203, kDenseChoice = 205 };
 
 std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
   return std::string(op) + " for x [" + std::to_string(N) + ", " + std::to_string(Ci) + "], w [" +
@@ -149,44 +106,58 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
   });
 }
 
-struct DenseFewNoted : Plan {};
+struct ChoicePlan : Plan {
+  DenseChoice choice;
+};
 
-/// Whether this pass runs dense_few's loops: its big operand `big` (x, or dx) is 16-bit, the
-/// layer has at most kDenseFewMaxOut outputs, and MPX_DENSE_FEW is unset or auto. (Where the
-/// CPU has native 16-bit math the native path took the op before.) Records the kernel once per
-/// op, shape and dtype.
-bool use_dense_few(Context& ctx, DenseOp op, const Tensor& big, int64_t N, int64_t Ci, int64_t Co) {
-  // The switch first: a bad value is exit 2 on every net with a dense layer.
-  if (!dense_few_enabled() || !is_16bit(big.dtype) || Co > kDenseFewMaxOut || reference_loops()) return false;
+/// The chooser's answer for this op and shape, asked once (then cached with the plans); mpx's
+/// few-output loops are recorded in the kernels list then (oneDNN's when their plan is made).
+const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
   PlanKey k;
-  k << kDenseFew << op << N << Ci << Co << static_cast<int64_t>(big.dtype);
-  ctx.plan<DenseFewNoted>(k, [&] {
-    const char* name = op == kDenseFwd       ? "inner product forward"
-                       : op == kDenseBwdData ? "inner product backward data"
-                                             : "inner product backward weights";
-    ctx.note_kernel(dense_what(name, N, Ci, Co), fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(),
-                                                             dtype_name(big.dtype), op == kDenseBwdData ? "dx" : "x"));
-    return new DenseFewNoted;
-  });
-  return true;
+  k << kDenseChoice << op << q.N << q.Ci << q.Co << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.big)
+    << (q.native_refused ? 1 : 0);
+  return ctx.plan<ChoicePlan>(k, [&] {
+           auto* c = new ChoicePlan;
+           c->choice = choose_dense(q);
+           if (c->choice.kernel == DenseKernel::FewOutputs) {
+             const char* name = op == kDenseFwd       ? "inner product forward"
+                                : op == kDenseBwdData ? "inner product backward data"
+                                                      : "inner product backward weights";
+             ctx.note_kernel(dense_what(name, q.N, q.Ci, q.Co), c->choice.name);
+           }
+           return c;
+         })
+      .choice;
+}
+
+DenseQuery query(DensePass pass, int64_t N, int64_t Ci, int64_t Co, DType in, DType big) {
+  DenseQuery q;
+  q.pass = pass, q.N = N, q.Ci = Ci, q.Co = Co, q.in = in, q.big = big;
+  return q;
 }
 
 }  // namespace
 
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
-  if (dense_native_forward(ctx, x, w, bias, y, act, pre)) return;
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  DenseQuery q = query(DensePass::Forward, N, Ci, Co, x.dtype, x.dtype);
+  const DenseChoice* c = &choice(ctx, kDenseFwd, q);
+  if (dense_native_forward(ctx, x, w, bias, y, act, pre, c->kernel == DenseKernel::Native16)) return;
+  if (c->kernel == DenseKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, kDenseFwd, q);
+  }
   const float* wf = f32_in(ctx, kSlotW, w);
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
-  if (use_dense_few(ctx, kDenseFwd, x, N, Ci, Co)) {
+  if (c->kernel == DenseKernel::FewOutputs) {
     dense_few_forward(N, Ci, Co, x.data, x.dtype, wf, bf, yf);
     activation_epilogue(act, yf, y, pre);
     return;
   }
   const float* xf = f32_in(ctx, kSlotX, x);
-  if (reference_loops()) {
+  if (c->kernel == DenseKernel::Reference) {
     dense_forward_loops(N, Ci, Co, xf, wf, bf, yf);
     activation_epilogue(act, yf, y, pre);
     return;
@@ -200,16 +171,22 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
 }
 
 void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  if (dense_native_backward_data(ctx, dy, w, dx)) return;
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  DenseQuery q = query(DensePass::BackwardData, N, Ci, Co, dy.dtype, dx.dtype);
+  const DenseChoice* c = &choice(ctx, kDenseBwdData, q);
+  if (dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16)) return;
+  if (c->kernel == DenseKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, kDenseBwdData, q);
+  }
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
-  if (use_dense_few(ctx, kDenseBwdData, dx, N, Ci, Co)) {
+  if (c->kernel == DenseKernel::FewOutputs) {
     dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype);
     return;
   }
   float* dxf = f32_out(ctx, kSlotDX, dx);
-  if (reference_loops()) {
+  if (c->kernel == DenseKernel::Reference) {
     dense_backward_data_loops(N, Ci, Co, dyf, wf, dxf);
   } else {
     RowsPlan& plan = dense_bwd_data_plan(ctx, Ci, Co);
@@ -220,14 +197,20 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
 }
 
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
-  if (dense_native_backward_weights(ctx, x, dy, dw, db)) return;
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+  DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, x.dtype, x.dtype);
+  const DenseChoice* c = &choice(ctx, kDenseBwdWeights, q);
+  if (dense_native_backward_weights(ctx, x, dy, dw, db, c->kernel == DenseKernel::Native16)) return;
+  if (c->kernel == DenseKernel::Native16) {
+    q.native_refused = true;
+    c = &choice(ctx, kDenseBwdWeights, q);
+  }
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  if (use_dense_few(ctx, kDenseBwdWeights, x, N, Ci, Co)) {
+  if (c->kernel == DenseKernel::FewOutputs) {
     dense_few_backward_weights(N, Ci, Co, x.data, x.dtype, dyf, dwf, dbf);
-  } else if (reference_loops()) {
+  } else if (c->kernel == DenseKernel::Reference) {
     dense_backward_weights_loops(N, Ci, Co, f32_in(ctx, kSlotX, x), dyf, dwf, dbf);
   } else {
     run_weight_gradient(ctx, dense_bwd_weights_plan(ctx, N, Ci, Co, dbf != nullptr), f32_in(ctx, kSlotX, x), dyf, dwf,

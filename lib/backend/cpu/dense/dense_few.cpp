@@ -13,7 +13,6 @@
 
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -54,16 +53,6 @@ void split(int64_t n, int64_t unit, F&& f) {
 }
 
 }  // namespace
-
-bool dense_few_enabled() {
-  static const bool on = [] {
-    const std::string v = env_string("MPX_DENSE_FEW");
-    if (v.empty() || v == "auto") return true;
-    if (v == "onednn") return false;
-    throw ConfigError("environment variable MPX_DENSE_FEW='" + v + "': expected auto or onednn (or unset it)");
-  }();
-  return on;
-}
 
 const char* dense_few_isa() { return winograd_isa(); }
 

@@ -18,9 +18,7 @@ namespace mpx::cpu {
 /// The most outputs the loops take.
 constexpr int64_t kDenseFewMaxOut = 16;
 
-/// MPX_DENSE_FEW: unset or "auto" runs the loops where the backend's rule takes them, "onednn"
-/// never; another value throws ConfigError (exit 2). Read once per process.
-bool dense_few_enabled();
+// MPX_DENSE_FEW: dense_few_enabled() (switches.h); where they run: dense_choose.h.
 
 /// y [N, Co] = x [N, Ci] (dtype xt) w^T + b (b may be null).
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,

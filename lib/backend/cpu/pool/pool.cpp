@@ -27,7 +27,6 @@
 #include <omp.h>
 
 #include "backend/cpu/dnnl_util.h"
-#include "core/env.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool/pool_tiled.h"
 #include "backend/pool_geometry.h"
@@ -65,12 +64,12 @@ namespace base {
 // The widest build cpuid allows (AVX-512F, else AVX2), unless MPX_CPU_BASELINE=1 (tests
 // compare the builds) or MPX_CPU_POOL_ISA=avx2 (caps it at AVX2).
 enum class PoolIsa { Base, Avx2, Avx512 };
-PoolIsa pool_isa() {  // the variables are read at each call: the tests switch them
+PoolIsa pool_isa() {  // the switches (switches.h) are read at each call: the tests switch them
   static const PoolIsa hw = __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2")
                                 ? (__builtin_cpu_supports("avx512f") ? PoolIsa::Avx512 : PoolIsa::Avx2)
                                 : PoolIsa::Base;
-  if (hw == PoolIsa::Base || env_flag("MPX_CPU_BASELINE")) return PoolIsa::Base;
-  if (hw == PoolIsa::Avx512 && env_string("MPX_CPU_POOL_ISA") == "avx2") return PoolIsa::Avx2;
+  if (hw == PoolIsa::Base || pool_baseline()) return PoolIsa::Base;
+  if (hw == PoolIsa::Avx512 && pool_capped_avx2()) return PoolIsa::Avx2;
   return hw;
 }
 
