@@ -59,6 +59,15 @@ Path16 decide(DType t) {
   if (!kernels)
     return {false, fmt::format("widened to float32 (no native {} on this CPU: oneDNN's ISA is {}, {} needs {})", name,
                                dnnl_isa_name(), name, bf ? "avx512_core_bf16" : "avx512_core_fp16")};
+  // bfloat16 with AVX512-BF16 and no AMX: oneDNN's kernels beat the widened path for some
+  // passes and shapes and lose to it (Winograd, the few-channel weight gradient) for others;
+  // the families' choosers say which (docs/precision.md, "16-bit arithmetic on the CPU").
+  if (!fast && bf && mode() == Mode::Auto)
+    return {true,
+            "native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening (convolutions "
+            "forward and backward-data outside Winograd's shapes, 1x1 weight gradients, dense forward), widened "
+            "elsewhere",
+            true};
   if (!fast && mode() == Mode::Auto)
     return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "
                                "MPX_CPU_16BIT=native forces them)",

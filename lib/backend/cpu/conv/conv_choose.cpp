@@ -53,9 +53,7 @@ ConvChoice pick(ConvKernel k, std::string name, std::string why, int tile = 0) {
   return c;
 }
 
-/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape):
-/// whether oneDNN's native kernel beats the widened path for this pass and shape.
-bool native16_wins(const ConvQuery&) { return true; }
+bool native16_wins(const ConvQuery& q);
 
 /// Whether oneDNN's native 16-bit kernel is the one for this op: the dtype's path
 /// (native16.h: MPX_CPU_16BIT and oneDNN's ISA) and, where that path is native for some
@@ -79,6 +77,31 @@ ConvChoice onednn(const ConvQuery& q, const std::string& before) {
                        c.blocked ? "in its blocked layout" : "in NHWC",
                        is_16bit(q.in) || is_16bit(q.out) ? ", 16-bit operands widened into float32 copies" : "");
   return c;
+}
+
+ConvChoice forward(const ConvQuery& q, std::string why16);
+ConvChoice backward_data(const ConvQuery& q, std::string why16);
+ConvChoice backward_filter(const ConvQuery& q, std::string why16);
+
+/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
+/// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the kernel the
+/// widened path would run. Measured per pass and shape (docs/precision.md, "16-bit arithmetic
+/// on the CPU"): mpx's Winograd (float32 products) beats oneDNN's bf16 direct kernels in all
+/// three passes, and so does the few-channel weight gradient (oneDNN's bf16 one took 2-15x as
+/// long on 3x3 first layers and strided 3x3 layers); oneDNN's bf16 kernels beat the few-channel
+/// forward and oneDNN's float32 kernels on widened copies (1.3-4x) in the forward and
+/// backward-data passes, and the weight gradient of 1x1 convolutions (3x).
+bool native16_wins(const ConvQuery& q) {
+  ConvQuery widened = q;
+  widened.native_refused = false;
+  if (q.pass == ConvPass::BackwardFilter) {
+    const ConvKernel k = backward_filter(widened, std::string()).kernel;
+    return q.g.R == 1 && q.g.S == 1 && k == ConvKernel::OneDnn;
+  }
+  const ConvKernel k = (q.pass == ConvPass::Forward ? forward(widened, std::string())
+                                                    : backward_data(widened, std::string()))
+                           .kernel;
+  return k != ConvKernel::Winograd && k != ConvKernel::Winograd16;
 }
 
 ConvChoice forward(const ConvQuery& q, std::string why16) {

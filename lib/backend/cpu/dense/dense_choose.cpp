@@ -14,9 +14,15 @@ namespace mpx::cpu {
 
 namespace {
 
-/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape):
-/// whether oneDNN's native kernel beats the widened path for this pass and shape.
-bool native16_wins(const DenseQuery&) { return true; }
+/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
+/// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the widened
+/// path for this pass and shape. Measured (docs/precision.md, "16-bit arithmetic on the
+/// CPU"): oneDNN's bf16 forward beats its float32 one on widened copies (128 -> 256) and mpx's
+/// few-output loops on a long input (21632 -> 10), not on a short one (256 -> 10, 3x slower);
+/// its backward-data ties or loses, and its weight gradient took 10-50x as long.
+bool native16_wins(const DenseQuery& q) {
+  return q.pass == DensePass::Forward && (q.Co > kDenseFewMaxOut || q.Ci >= 8192);
+}
 
 DenseChoice pick(DenseKernel k, std::string name, std::string why) {
   DenseChoice c;
