@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/bench.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "train/trainer.h"

@@ -15,8 +15,8 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/run_dir.h"
 #include "report/html.h"
-#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace mpx::app {

@@ -8,9 +8,10 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/eval.h"
+#include "commands/inspect.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "train/inspect.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -22,6 +23,8 @@ struct EvalArgs {
   std::string config;
   std::string checkpoint;
   std::string weights;  // safetensors file instead of a checkpoint (needs --config)
+  std::string test_data;  // --test-data: another folder with the data set's test file
+  std::string tta;        // --tta: overrides train.tta
   std::vector<std::string> sets;
   bool json = false;
   bool no_progress = false;
@@ -54,7 +57,15 @@ void run_eval(const EvalArgs& a) {
   if (a.checkpoint.empty() && a.weights.empty()) throw ConfigError("eval: give --checkpoint or --weights");
   if (!a.weights.empty() && a.config.empty()) throw ConfigError("eval: --weights needs --config");
   const std::string config = a.config.empty() ? config_of_checkpoint(a.checkpoint) : a.config;
-  const Config cfg = load_config(config, a.sets);
+  std::vector<std::string> sets;
+  if (!a.test_data.empty()) {
+    // The whole test file of that folder (the run's test_limit was for its own; --set may cut it).
+    sets.push_back("data.path=" + a.test_data);
+    sets.push_back("data.test_limit=0");
+  }
+  if (!a.tta.empty()) sets.push_back("train.tta=" + a.tta);
+  sets.insert(sets.end(), a.sets.begin(), a.sets.end());
+  const Config cfg = load_config(config, sets);
   const bool progress = !a.no_progress && ::isatty(STDERR_FILENO) != 0;
   const EvalResult r = a.weights.empty() ? evaluate_checkpoint(cfg, a.checkpoint, progress)
                                          : evaluate_weights(cfg, a.weights, progress);
@@ -64,6 +75,8 @@ void run_eval(const EvalArgs& a) {
     j["accuracy"] = r.accuracy;
     j["count"] = r.count;
     j["policy"] = r.policy;
+    if (!a.test_data.empty()) j["test_data"] = cfg.data.path;
+    if (cfg.train.tta != TtaMode::None) j["tta"] = enum_name(cfg.train.tta);
     nlohmann::json classes;
     add_class_results(classes, r.num_classes, r.confusion);
     j["per_class_accuracy"] = classes["per_class_accuracy"];
@@ -71,8 +84,11 @@ void run_eval(const EvalArgs& a) {
     print_json(j);
   } else {
     const auto correct = static_cast<int64_t>(r.accuracy * static_cast<double>(r.count) + 0.5);
-    std::cout << fmt::format("test loss {:.6f}, accuracy {:.4f} ({}/{} correct), policy {}\n", r.loss, r.accuracy,
-                             correct, r.count, r.policy);
+    std::string extra;
+    if (cfg.train.tta != TtaMode::None) extra += fmt::format(", tta {}", enum_name(cfg.train.tta));
+    if (!a.test_data.empty()) extra += fmt::format(", test data {}", cfg.data.path);
+    std::cout << fmt::format("test loss {:.6f}, accuracy {:.4f} ({}/{} correct), policy {}{}\n", r.loss, r.accuracy,
+                             correct, r.count, r.policy, extra);
   }
   command_exit_code() = kExitOk;
 }
@@ -90,6 +106,12 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--weights", a->weights, "Weights file (.safetensors, keras or pytorch layout) instead of a checkpoint")
       ->check(CLI::ExistingFile)
       ->excludes(ck);
+  cmd->add_option("--test-data", a->test_data,
+                  "Evaluate on the whole test file of this folder instead (same data set and format, e.g. "
+                  "../shared/data/cifar10-test-jpeg)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--tta", a->tta, "Test-time augmentation: none, mirror or mirror_translate (default: the config's train.tta)")
+      ->check(CLI::IsMember({"none", "mirror", "mirror_translate"}));
   add_set_option(cmd, a->sets);
   cmd->add_flag("--json", a->json,
                 "Print one JSON object {loss, accuracy, count, policy, per_class_accuracy, confusion_matrix} "

@@ -9,10 +9,10 @@
 #include "commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "io/checkpoint.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
 #include "train/session.h"
-#include "train/weights.h"
+#include "weights/weights.h"
 
 namespace mpx::app {
 

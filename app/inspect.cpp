@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "commands.h"
+#include "commands/inspect.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "train/inspect.h"
 
 namespace mpx::app {
 

@@ -29,7 +29,7 @@
 #include "config/yaml_tree.h"
 #include "core/error.h"
 #include "core/live_line.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 #include "train/trainer.h"
 
 namespace {

@@ -27,8 +27,8 @@
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "core/error.h"
+#include "io/run_dir.h"
 #include "report/table.h"
-#include "train/run_dir.h"
 #include "train/trainer.h"
 
 extern char** environ;

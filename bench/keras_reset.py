@@ -6,7 +6,7 @@ moving statistics, optimizer slots and iteration count, loss scale and its count
 take one step on batch k; the one-step losses and the states after the step are compared.
 Keras simply continues its own run. mpx is driven by a checkpoint written from Keras'
 state: `mpx train --resume` of a one-batch epoch. The checkpoint format is the one of
-lib/train/checkpoint.h; where each Keras tensor lies in mpx's arenas is learnt from mpx
+lib/io/checkpoint.h; where each Keras tensor lies in mpx's arenas is learnt from mpx
 itself, by exporting a checkpoint whose arenas hold their own indices.
 """
 import copy

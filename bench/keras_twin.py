@@ -2,7 +2,7 @@
 """The tf-keras 2.x twin of an mpx config, for bench/keras_parity.py (docs/keras-parity.md).
 
 Builds the network of an mpx YAML config with the Keras functional API, every
-layer named as mpx names it (conv2d, conv2d_1, ..., <block>_projection) and
+layer named as mpx names it (conv2d, conv2d_1, depthwise_conv2d, ..., <block>_projection) and
 with the config's policy and per-layer `dtype:`; reads the data sets as mpx
 reads them (MNIST / Fashion-MNIST IDX, plain or .gz; CIFAR-10 binary batches)
 and normalizes them with mpx's float32 formula. Needs TF_USE_LEGACY_KERAS=1,
@@ -138,6 +138,11 @@ def _build(keras, x, layers, policy, inherited, last_of_model):
         if t == "conv2d":
             x = L.Conv2D(int(l["filters"]), hw(l.get("kernel"), 3), strides=hw(l.get("strides", l.get("stride")), 1),
                          padding=l.get("padding", "valid"), use_bias=l.get("use_bias", True), **kw)(x)
+            x = _activation(keras, x, l, act, pol)
+        elif t == "depthwise_conv2d":
+            x = L.DepthwiseConv2D(hw(l.get("kernel"), 3), strides=hw(l.get("strides", l.get("stride")), 1),
+                                  padding=l.get("padding", "valid"), depth_multiplier=int(l.get("depth_multiplier", 1)),
+                                  use_bias=l.get("use_bias", True), **kw)(x)
             x = _activation(keras, x, l, act, pol)
         elif t == "dense":
             x = L.Dense(int(l["units"]), use_bias=l.get("use_bias", True), **kw)(x)

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "fuzz_support.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = mpx::fuzz::write_scratch("last.ckpt", data, size);

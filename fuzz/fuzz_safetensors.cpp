@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "fuzz_support.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = mpx::fuzz::write_scratch("weights.safetensors", data, size);

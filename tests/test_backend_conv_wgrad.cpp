@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// mpx's GEMM weight gradient of stride-1 convolutions (lib/backend/cpu/conv_wgrad.cpp,
+// mpx's GEMM weight gradient of stride-1 convolutions (lib/backend/cpu/conv/conv_wgrad.cpp,
 // docs/cpu-performance.md) against the float64 reference: padded and unpadded filters of
 // several sizes, asymmetric padding, tiles of one image row and partial last tiles, more
 // tiles than threads and fewer, with and without the bias gradient. Through the backend

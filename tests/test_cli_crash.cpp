@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "io/checkpoint.h"
 #include "support/cli.h"
 #include "support/run_files.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using support::TempDir;

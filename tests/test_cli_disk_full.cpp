@@ -14,9 +14,9 @@
 #include <filesystem>
 #include <string>
 
+#include "io/checkpoint.h"
 #include "support/cli.h"
 #include "support/run_files.h"
-#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 using support::read_file;

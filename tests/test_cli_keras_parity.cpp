@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "support/cli.h"
 #include "support/run_files.h"
-#include "train/safetensors.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

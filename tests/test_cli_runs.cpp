@@ -17,10 +17,10 @@
 
 #include "config/config.h"
 #include "data/dataset.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "support/cli.h"
 #include "support/html_scan.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
 #include "support/skip.h"
 
 namespace fs = std::filesystem;

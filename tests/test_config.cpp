@@ -248,10 +248,11 @@ TEST_CASE("config: unknown key inside a layer suggests a key of that layer type"
 TEST_CASE("config: unknown layer type", "[config]") {
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - {type: conv2D, filters: 3}\n") ==
         "x.yaml:4:14: model.layers[0].type: expected one of conv2d | dense | activation | max_pool | avg_pool | "
-        "global_avg_pool | flatten | dropout | batch_norm | residual, got 'conv2D'; did you mean 'conv2d'?");
+        "global_avg_pool | flatten | dropout | batch_norm | residual | depthwise_conv2d, got 'conv2D'; did you mean "
+        "'conv2d'?");
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - {filters: 3}\n") ==
         "x.yaml:4:7: model.layers[0].type: required key is missing (one of conv2d | dense | activation | max_pool | "
-        "avg_pool | global_avg_pool | flatten | dropout | batch_norm | residual)");
+        "avg_pool | global_avg_pool | flatten | dropout | batch_norm | residual | depthwise_conv2d)");
   CHECK(error_of("data: {dataset: mnist}\nmodel:\n  layers:\n    - dense\n") ==
         "x.yaml:4:7: model.layers[0]: expected a layer (a mapping with a 'type' key, e.g. {type: dense, units: 10}), "
         "got 'dense'");
@@ -468,8 +469,7 @@ model:
         - {type: conv2d, filters: 8, kernal: 3}
 )") == "x.yaml:6:38: model.layers[0].layers[0].kernal: unknown key in a conv2d layer; did you mean 'kernel'? "
        "(valid keys: type, name, dtype, filters, kernel, strides, stride, padding, use_bias, kernel_initializer, "
-        "activation, "
-              "negative_slope)");
+        "whitening_images, whitening_epsilon, activation, negative_slope)");
 }
 
 TEST_CASE("config: alias keys stride/strides and size/pool_size", "[config]") {
@@ -561,7 +561,8 @@ optimizer:
   SECTION("an unknown key via --set is the unknown-key error") {
     CHECK(error_of(text, {"optimizer.lr=0.1"}) ==
           "x.yaml: in --set 'optimizer.lr=0.1': optimizer.lr: unknown key in the optimizer section (valid keys: name, "
-          "learning_rate, scale_lr_by_batch, momentum, nesterov, beta1, beta2, epsilon, weight_decay)");
+          "learning_rate, scale_lr_by_batch, momentum, nesterov, beta1, beta2, epsilon, weight_decay, lr_multipliers, "
+          "weight_decay_multipliers, freeze_after_epochs)");
     CHECK_THAT(error_of(text, {"model.layers[0].filtres=64"}),
                Catch::StartsWith("x.yaml: in --set 'model.layers[0].filtres=64': model.layers[0].filtres: unknown key "
                                  "in a conv2d layer; did you mean 'filters'?"));

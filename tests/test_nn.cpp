@@ -663,3 +663,51 @@ TEST_CASE("a model from YAML: errors carry the file, key path and line", "[nn][s
   CHECK(m.softmax_output());
   CHECK(m.layer_infos().back().name == "predictions");
 }
+
+TEST_CASE("depthwise_conv2d: output shape, parameters, shape and config errors", "[nn][shapes][depthwise]") {
+  LayerConfig dw = make_layer(LayerType::DepthwiseConv2d);
+  dw.name = "dw";
+  dw.depth_multiplier = 3;
+  dw.kernel_h = 3, dw.kernel_w = 2;
+  dw.stride_h = dw.stride_w = 2;
+  dw.padding = Padding::Same;
+  {
+    auto be = create_backend("cpu");
+    Model m(model_config({dw, make_layer(LayerType::GlobalAvgPool), dense_layer(5)}), Policy::Float32, *be, 7, 8, 4,
+            5, 2);
+    const std::vector<LayerInfo> li = m.layer_infos();
+    REQUIRE(li[0].type == LayerType::DepthwiseConv2d);
+    CHECK(li[0].output_shape == Shape{4, 4, 12});  // ceil(7/2), ceil(8/2), C * M
+    CHECK(li[0].params == 12 * 3 * 2 + 12);         // one 3x2 filter per output channel, and the bias
+    CHECK(m.params()[0].name == "depthwise_kernel");
+    CHECK(m.params()[0].shape == Shape{12, 3, 2, 1});
+  }
+  // A flat input, a kernel larger than the input (valid padding).
+  std::string e = build_error({make_layer(LayerType::Flatten), named(dw, "dw_flat")}, Policy::Float32, 2, 2, 1, 3);
+  CHECK(e.find("'dw_flat' (depthwise_conv2d)") != std::string::npos);
+  CHECK(e.find("per-sample [H, W, C] input") != std::string::npos);
+  LayerConfig big = named(dw, "big");
+  big.padding = Padding::Valid;
+  big.kernel_h = big.kernel_w = 5;
+  e = build_error({big, make_layer(LayerType::Flatten), dense_layer(3)}, Policy::Float32, 3, 3, 2, 3);
+  CHECK(e.find("'big'") != std::string::npos);
+  CHECK(e.find("input [3, 3, 2] is smaller than the 5x5 kernel") != std::string::npos);
+  // The config: depth_multiplier must be >= 1; conv2d's filters do not apply.
+  const auto yaml_error = [](const std::string& layer) {
+    try {
+      parse_config("data: {dataset: synthetic}\nmodel:\n  layers:\n    - " + layer +
+                       "\n    - {type: global_avg_pool}\n    - {type: dense, units: 10}\n",
+                   "dw.yaml");
+    } catch (const ConfigError& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  e = yaml_error("{type: depthwise_conv2d, depth_multiplier: 0}");
+  INFO(e);
+  CHECK(e.find("depth_multiplier") != std::string::npos);
+  CHECK(e.find("dw.yaml") != std::string::npos);
+  e = yaml_error("{type: depthwise_conv2d, filters: 8}");
+  CHECK(e.find("filters") != std::string::npos);
+  CHECK(yaml_error("{type: depthwise_conv2d, kernel: 3, depth_multiplier: 2, padding: same, activation: relu}").empty());
+}

@@ -69,6 +69,33 @@ TEST_CASE("gradcheck: conv2d even kernel same padding, no bias", "[nn][gradcheck
   run_check({c, make_layer(LayerType::Flatten), dense_layer(2)}, 4, 3, 2, 2, 2, false);
 }
 
+namespace {
+LayerConfig depthwise_layer(int64_t multiplier, int kernel, int stride, Padding padding,
+                            ActivationName activation = ActivationName::Linear) {
+  LayerConfig l = make_layer(LayerType::DepthwiseConv2d);
+  l.depth_multiplier = multiplier;
+  l.kernel_h = l.kernel_w = kernel;
+  l.stride_h = l.stride_w = stride;
+  l.padding = padding;
+  l.activation = activation;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("gradcheck: depthwise_conv2d valid with bias and fused relu, depth multiplier 1", "[nn][gradcheck]") {
+  run_check({depthwise_layer(1, 3, 1, Padding::Valid, ActivationName::Relu), make_layer(LayerType::Flatten),
+             dense_layer(3)},
+            5, 5, 3, 3, 2, true);
+}
+
+TEST_CASE("gradcheck: depthwise_conv2d stride 2 same padding, depth multiplier 2, no bias, after a conv2d",
+          "[nn][gradcheck]") {
+  // The conv2d in front makes the depthwise layer's input gradient part of the check.
+  LayerConfig dw = depthwise_layer(2, 3, 2, Padding::Same, ActivationName::Gelu);
+  dw.use_bias = false;
+  run_check({conv_layer(3, 1), dw, make_layer(LayerType::Flatten), dense_layer(2)}, 6, 5, 2, 2, 2, false);
+}
+
 TEST_CASE("gradcheck: activation relu layer", "[nn][gradcheck]") {
   LayerConfig a = make_layer(LayerType::Activation);
   a.activation = ActivationName::Relu;
@@ -121,4 +148,52 @@ TEST_CASE("gradcheck: residual with a strided 1x1 projection and batch_norm", "[
   run_check({residual_layer({conv_layer(4, 3, 2, Padding::Same), make_layer(LayerType::BatchNorm)}),
              make_layer(LayerType::Flatten), dense_layer(2)},
             5, 5, 2, 2, 3, false);
+}
+
+TEST_CASE("gradcheck: batch_norm without a learned scale (gamma fixed at 1, not a trainable parameter)",
+          "[nn][gradcheck]") {
+  LayerConfig bn = make_layer(LayerType::BatchNorm);
+  bn.scale = false;
+  run_check({conv_layer(3, 2), bn, make_layer(LayerType::Flatten), dense_layer(2)}, 3, 3, 2, 2, 3, false);
+  auto be = create_backend("cpu");
+  Model m(support::model_config({conv_layer(3, 2), bn, make_layer(LayerType::Flatten), dense_layer(2)}),
+          Policy::Float32, *be, 3, 3, 2, 2, 4);
+  m.init_params(5);
+  int gammas = 0;
+  for (const ParamInfo& p : m.params())
+    if (p.name == "gamma") {
+      ++gammas;
+      CHECK_FALSE(p.trainable);  // in the state arena, with the moving statistics
+      std::vector<float> g(static_cast<size_t>(p.shape.numel()));
+      be->download(g.data(), m.state().flat_view(p.offset, p.shape));
+      for (float v : g) CHECK(v == 1.0f);
+    }
+  CHECK(gammas == 1);
+}
+
+TEST_CASE("gradcheck: dense output_scale (logits times a constant), with and without softmax", "[nn][gradcheck]") {
+  LayerConfig d = dense_layer(3);
+  d.output_scale = -0.75;
+  run_check({make_layer(LayerType::Flatten), dense_layer(5, ActivationName::Relu), d}, 2, 2, 2, 3, 3, true);
+  LayerConfig s = dense_layer(3, ActivationName::Softmax);
+  s.output_scale = 1.0 / 9.0;
+  s.use_bias = false;
+  run_check({make_layer(LayerType::Flatten), s}, 2, 2, 2, 3, 3, false);
+
+  // The logits are exactly the scale times those of the same weights without it (one float32
+  // product per element).
+  auto be = create_backend("cpu");
+  LayerConfig plain = dense_layer(3);
+  Model a(support::model_config({make_layer(LayerType::Flatten), plain}), Policy::Float32, *be, 2, 2, 2, 3, 4);
+  Model b(support::model_config({make_layer(LayerType::Flatten), d}), Policy::Float32, *be, 2, 2, 2, 3, 4);
+  a.init_params(3);
+  b.init_params(3);
+  const std::vector<float> x = support::random_vec(4 * 8, 9);
+  Buffer bx = be->alloc(x.size() * 4, "x");
+  const Tensor tx = bx.view(DType::F32, Shape{4, 2, 2, 2});
+  be->upload(tx, x.data());
+  const std::vector<float> la = support::download_f32(*be, a.forward_float(tx, false));
+  const std::vector<float> lb = support::download_f32(*be, b.forward_float(tx, false));
+  REQUIRE(la.size() == lb.size());
+  for (size_t i = 0; i < la.size(); ++i) CHECK(lb[i] == static_cast<float>(-0.75f * la[i]));
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// lib/train/safetensors + weights: the reader against a file laid out by hand,
+// lib/io/safetensors + lib/weights/weights: the reader against a file laid out by hand,
 // every malformed-header case (named tensor, ConfigError, no out-of-bounds read:
 // run under MPX_ENABLE_SANITIZERS), a truncation/bit-flip sweep, and the model
 // round trip (export -> import bit-identical) in the keras and pytorch layouts.
@@ -13,9 +13,9 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/rng.h"
+#include "io/safetensors.h"
 #include "nn/model.h"
-#include "train/safetensors.h"
-#include "train/weights.h"
+#include "weights/weights.h"
 
 using namespace mpx;
 

@@ -18,17 +18,19 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "commands/bench.h"
+#include "commands/eval.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/checkpoint.h"
 #include "nn/model.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
 #include "support/skip.h"
 #include "support/train_options.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
-#include "train/weights.h"
+#include "weights/weights.h"
 
 using namespace mpx;
 using support::options;

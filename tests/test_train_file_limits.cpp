@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "support/cli.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
 
 using namespace mpx;
 namespace fs = std::filesystem;

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "config/config.h"
+#include "io/checkpoint.h"
 #include "support/run_files.h"
 #include "support/train_options.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;

@@ -19,11 +19,11 @@
 #include "core/half.h"
 #include "core/optimizer_kind.h"
 #include "core/rng.h"
+#include "io/checkpoint.h"
 #include "support/backend_check.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
 #include "support/train_options.h"
-#include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 

@@ -15,15 +15,15 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "io/checkpoint.h"
 #include "nn/model.h"
 #include "support/gradcheck.h"
 #include "support/run_files.h"
 #include "support/scratch.h"
 #include "support/train_options.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_layout.h"
 #include "train/train_state.h"
 #include "train/trainer.h"
+#include "weights/checkpoint_layout.h"
 
 using namespace mpx;
 using support::conv_layer;

@@ -16,11 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "commands/bench.h"
 #include "config/config.h"
+#include "io/checkpoint.h"
 #include "support/log_capture.h"
 #include "support/run_files.h"
 #include "support/train_options.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 using namespace mpx;

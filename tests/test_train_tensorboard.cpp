@@ -12,10 +12,10 @@
 #include <string>
 
 #include "config/config.h"
+#include "io/event_file.h"
 #include "support/event_reader.h"
 #include "support/run_files.h"
 #include "support/train_options.h"
-#include "train/event_file.h"
 #include "train/trainer.h"
 
 using namespace mpx;

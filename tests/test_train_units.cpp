@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The host-side parts of lib/train that need no model: loss scaler traces,
+// The host-side parts of lib/train and lib/io that need no model: loss scaler traces,
 // learning-rate schedules against hand-computed values, the checkpoint file
 // format (round trip, corruption, truncation), metrics/summary writers.
 #include <catch2/catch.hpp>
@@ -14,11 +14,11 @@
 #include <limits>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/run_dir.h"
 #include "support/log_capture.h"
-#include "train/checkpoint.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
-#include "train/run_dir.h"
 #include "train/schedule.h"
 
 using namespace mpx;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The non-virtual half of Backend: Buffer ownership, memory accounting, casts,
+// The non-virtual half of Backend: Buffer ownership, memory accounting, transfers,
 // the step without host synchronisation, staging, graphs and statistics. The
-// compute ops are in backend_ops.cpp; every public op validates its arguments
+// compute ops are in backend_ops.cpp (from op_table.inc); every public op validates its arguments
 // once (backend_checks.h), so the CPU and CUDA implementations (*_impl) never
 // repeat it and cannot drift on it.
 #include "backend/backend.h"
@@ -94,48 +94,6 @@ void Backend::download(void* host_dst, const Tensor& src) {
   MPX_VALIDATE(host_dst || src.numel() == 0, "download: null host pointer for {}", src.str());
   if (src.numel() == 0) return;
   download_impl(host_dst, src.data, src.bytes());
-}
-
-void Backend::fill(const Tensor& dst, float value) {
-  require_data("fill", "dst", dst);
-  if (dst.numel() == 0) return;
-  fill_impl(dst, value);
-}
-
-void Backend::copy(const Tensor& dst, const Tensor& src) {
-  require_data("copy", "dst", dst);
-  require_data("copy", "src", src);
-  require_same_dtype("copy", "dst", dst, "src", src);
-  require_same_numel("copy", "dst", dst, "src", src);
-  if (dst.numel() == 0 || dst.data == src.data) return;
-  copy_impl(dst, src);
-}
-
-// ---- casts and input ---------------------------------------------------------
-
-void Backend::cast(const Tensor& src, const Tensor& dst) {
-  require_float("cast", "src", src);
-  require_float("cast", "dst", dst);
-  require_same_numel("cast", "src", src, "dst", dst);
-  if (src.numel() == 0) return;
-  cast_impl(src, dst);
-}
-
-void Backend::normalize_input(const Tensor& x_u8, const Tensor& mean, const Tensor& std, const Tensor& y) {
-  const char* op = "normalize_input";
-  require_data(op, "x", x_u8);
-  MPX_VALIDATE(x_u8.dtype == DType::U8, "{}: x must be uint8, got {}", op, x_u8.str());
-  MPX_VALIDATE(x_u8.shape.rank >= 2, "{}: x must be [N, H, W, C], got {}", op, x_u8.str());
-  const int64_t c = x_u8.shape[x_u8.shape.rank - 1];
-  require_f32(op, "mean", mean);
-  require_f32(op, "std", std);
-  require_vector(op, "mean", mean, c);
-  require_vector(op, "std", std, c);
-  require_float(op, "y", y);
-  require_same_numel(op, "x", x_u8, "y", y);
-  MPX_VALIDATE(y.shape[0] == x_u8.shape[0], "{}: x {} and y {} disagree on N", op, x_u8.str(), y.str());
-  if (y.numel() == 0) return;
-  normalize_input_impl(x_u8, mean, std, y);
 }
 
 // ---- the step without host synchronisation -------------------------------------

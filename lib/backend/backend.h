@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The Backend interface: coarse primitive operations on device buffers, shared
 // by the CPU (oneDNN) and CUDA (cuDNN/cuBLAS) implementations. Public methods
-// validate shapes and dtypes once (backend.cpp) and call a private *_impl, so the
-// implementations never repeat validation and cannot drift on it.
+// validate shapes and dtypes once and call a private *_impl, so the
+// implementations never repeat validation and cannot drift on it. The compute ops
+// are declared once, in op_table.inc (docs/design.md, "The op table").
 #pragma once
 
 #include <cstddef>
@@ -50,8 +51,19 @@ class Buffer {
 /// Operation groups for supports() (ggml's supports_op): callers and tests ask before dispatching.
 enum class Op : uint8_t {
   Cast, NormalizeInput, Conv2d, Dense, BiasAdd, Activation, Pool, GlobalAvgPool,
-  BatchNorm, SoftmaxCrossEntropy, Dropout, Add, UnscaleAndCheck, OptimizerStep, Stats,
+  BatchNorm, SoftmaxCrossEntropy, Dropout, Add, UnscaleAndCheck, OptimizerStep, Stats, Memory,
 };
+
+/// One op of the op table (op_table.inc): its name and the group supports() answers for.
+struct OpInfo {
+  const char* name;
+  Op group;
+};
+/// Every op of the op table, in its order.
+const std::vector<OpInfo>& backend_ops();
+
+/// The argument list of an op table row without its parentheses: MPX_OP_ARGS (a, b) is a, b.
+#define MPX_OP_ARGS(...) __VA_ARGS__
 
 /**
  * @brief Primitive operations on device tensors, NHWC.
@@ -98,49 +110,15 @@ class Backend {
   Buffer alloc(size_t bytes, const char* what);
   void upload(const Tensor& dst, const void* host_src);
   void download(void* host_dst, const Tensor& src);
-  /// Sets every element to `value` (converted to dst.dtype with rounding).
-  void fill(const Tensor& dst, float value);
-  /// Byte copy between equal-shape, equal-dtype tensors.
-  void copy(const Tensor& dst, const Tensor& src);
 
-  // ---- casts and input -----------------------------------------------------
-  /// dst = round_to_nearest_even(src) for any pair of float dtypes of equal numel.
-  void cast(const Tensor& src, const Tensor& dst);
-  /// x: uint8 [N, H, W, C]; y[n,h,w,c] = (x/255 - mean[c]) / std[c], stored in y.dtype.
-  /// mean/std: float32 [C] device tensors.
-  void normalize_input(const Tensor& x_u8, const Tensor& mean, const Tensor& std, const Tensor& y);
-
-  // ---- convolution (x: [N,H,W,C], w: [K,R,S,C], y: [N,P,Q,K]) --------------
-  /// y = act(conv(x, w) + bias). x, w, y share one compute dtype; bias [K] is
-  /// float32 or that dtype, or empty. `pre` (optional, y's dtype and shape) receives the
-  /// pre-activation conv(x, w) + bias, which activation_backward reads for activations whose
-  /// backward_reads() is Input; y is act of the float32 pre-activation, rounded once.
-  void conv2d_forward(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      const Tensor& y, Activation act, const Tensor& pre = Tensor());
-  /// dx = conv_transpose(dy, w).
-  void conv2d_backward_data(const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx);
-  /// dw = sum over N,P,Q of x patch * dy; db = sum of dy over N,P,Q (db may be empty).
-  /// dw/db dtype: float32 or the compute dtype of x/dy.
-  void conv2d_backward_filter(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                              const Tensor& db);
-
-  // ---- dense (x: [N, Cin], w: [Cout, Cin], y: [N, Cout]) --------------------
-  /// y = act(x * w^T + bias); bias and `pre` as in conv2d_forward.
-  void dense_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, Activation act,
-                     const Tensor& pre = Tensor());
-  /// dx = dy * w.
-  void dense_backward_data(const Tensor& dy, const Tensor& w, const Tensor& dx);
-  /// dw = dy^T * x; db = column sums of dy (db may be empty). Same dtype rule as conv.
-  void dense_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db);
-
-  // ---- elementwise ---------------------------------------------------------
-  /// y = act(x) (core/activation.h), computed in float32 and rounded once; x and y may alias.
-  void activation_forward(Activation act, const Tensor& x, const Tensor& y);
-  /// dx = dy * act'(x). `saved` is what act.backward_reads() names: the forward output y
-  /// (relu, leaky_relu) or the forward input x (gelu, gelu_tanh, silu). dx may alias dy.
-  void activation_backward(Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx);
-  /// y = a + b (all one dtype and shape; y may alias a or b).
-  void add(const Tensor& a, const Tensor& b, const Tensor& y);
+  // ---- the compute ops of the op table ---------------------------------------
+  // Declared once, with their documentation and argument checks, in op_table.inc:
+  // memory fill/copy, casts and input, convolution, dense, elementwise, global average
+  // pooling, batch normalization, softmax cross-entropy, dropout, the optimizer pass.
+  // Each public method validates its arguments once and then calls NAME_impl.
+#define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...) void NAME PARAMS;
+#define MPX_DEFAULT(v) = v
+#include "backend/op_table.inc"
 
   // ---- pooling -------------------------------------------------------------
   /// Whether this backend keeps max pooling's window positions for this geometry: then a
@@ -159,60 +137,13 @@ class Backend {
   /// followed by activation_backward(relu, x, dx, dx) (docs/cpu-performance.md).
   void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& dx, const Tensor& argmax = Tensor());
-  /// x: [N,H,W,C] -> y: [N,C] (mean over H, W).
-  void global_avg_pool_forward(const Tensor& x, const Tensor& y);
-  void global_avg_pool_backward(const Tensor& dy, const Tensor& dx);
-
-  // ---- batch normalization (statistics and parameters always float32) -----
-  /// Training: normalizes with batch statistics over N,H,W (x: [N,H,W,C] or [N,C]);
-  /// writes saved_mean/saved_invstd [C] for the backward pass and updates
-  /// running_mean/var in place (Keras: running = momentum*running + (1-momentum)*batch).
-  /// It normalizes with the biased batch variance; the moving variance takes it times
-  /// bn_moving_variance_factor() (unbiased for [N,H,W,C], as tf-keras 2; docs/keras-parity.md).
-  void batch_norm_forward_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
-                                   float epsilon, const Tensor& running_mean, const Tensor& running_var,
-                                   const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& y);
-  void batch_norm_forward_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                    const Tensor& running_mean, const Tensor& running_var, float epsilon,
-                                    const Tensor& y);
-  /// dgamma, dbeta: float32 [C] (overwritten).
-  void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                           const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
-                           const Tensor& dbeta);
-
-  // ---- loss ----------------------------------------------------------------
-  /// Softmax cross-entropy from float32 logits [N, K] and int32 labels [N].
-  /// loss_sum_out: float32 [1], the SUM over the batch of -log p[label] (not scaled).
-  /// correct_out: float32 [1], the number of rows whose argmax equals the label.
-  /// dlogits (may be empty): float32 [N, K] = grad_scale * (softmax - onehot) / N,
-  /// i.e. the gradient of loss_scale * mean loss when grad_scale = loss_scale.
-  /// label_smoothing e in [0, 1) (Keras' categorical cross-entropy): the target is
-  /// (1 - e) onehot + e / K, so a row's loss is -(1 - e) log p[label] - e mean_k log p[k]
-  /// and dlogits = grad_scale * (softmax - target) / N; e = 0 gives the plain op's bits.
-  void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale,
-                             const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
-                             float label_smoothing = 0.0f);
-
-  // ---- dropout -------------------------------------------------------------
-  /// Inverted dropout: keep with probability 1-rate, scale kept values by 1/(1-rate).
-  /// mask: uint8, same numel (1 = kept). Element i is dropped iff
-  /// hash_uniform(seed, offset + i) < rate (core/rng.h), identical on every backend.
-  void dropout_forward(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
-                       const Tensor& y);
-  void dropout_backward(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx);
 
   // ---- fused mixed-precision passes over flat float32 arenas ----------------
   /// grads *= inv_scale in place, in one pass that also tests every value.
   /// Returns true when every value is finite.
   bool unscale_and_check(const Tensor& grads, float inv_scale);
-  /// One optimizer update of the whole arena: master (f32), grads (f32, already
-  /// unscaled), states (f32, each master's length): the kind's state arenas in the order
-  /// core/optimizer_kind.h lists them (SGD: momentum, empty without momentum; Adam: m, v).
-  /// When compute_copy is not empty (float16/bfloat16, same numel) it receives the rounded
-  /// new weights in the same pass.
-  void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                      const std::vector<Tensor>& states, const Tensor& compute_copy);
-  /// The same for an optimizer of at most two arenas (state2 is ignored by SGD).
+  /// optimizer_step (op_table.inc) for an optimizer of at most two arenas (state2 is
+  /// ignored by SGD).
   void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads, const Tensor& state1,
                       const Tensor& state2, const Tensor& compute_copy) {
     optimizer_step(s, master, grads, first_arenas(s, state1, state2), compute_copy);
@@ -301,25 +232,8 @@ class Backend {
   virtual void free_impl(void* p) = 0;
   virtual void upload_impl(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_impl(void* dst, const void* src, size_t bytes) = 0;
-  virtual void fill_impl(const Tensor& dst, float value) = 0;
-  virtual void copy_impl(const Tensor& dst, const Tensor& src) = 0;
-  virtual void cast_impl(const Tensor& src, const Tensor& dst) = 0;
-  virtual void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) = 0;
-  virtual void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                   const Tensor& y, Activation act, const Tensor& pre) = 0;
-  virtual void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                                         const Tensor& dx) = 0;
-  virtual void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                           const Tensor& dw, const Tensor& db) = 0;
-  virtual void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                                  Activation act, const Tensor& pre) = 0;
-  virtual void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) = 0;
-  virtual void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                           const Tensor& db) = 0;
-  virtual void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) = 0;
-  virtual void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
-                                        const Tensor& dx) = 0;
-  virtual void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
+#define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...) virtual void NAME##_impl PARAMS = 0;
+#include "backend/op_table.inc"
   virtual void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) = 0;
   virtual void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                                   const Tensor& dx) = 0;
@@ -334,27 +248,7 @@ class Backend {
   /// pool_backward (relu false) or max_pool_relu_backward (relu true) from the forward's argmax.
   virtual void max_pool_backward_argmax_impl(const PoolParams& p, const Tensor& y, const Tensor& argmax,
                                              const Tensor& dy, const Tensor& dx, bool relu);
-  virtual void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) = 0;
-  virtual void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) = 0;
-  virtual void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                                float momentum, float epsilon, const Tensor& running_mean,
-                                                const Tensor& running_var, const Tensor& saved_mean,
-                                                const Tensor& saved_invstd, const Tensor& y) = 0;
-  virtual void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                                 const Tensor& running_mean, const Tensor& running_var,
-                                                 float epsilon, const Tensor& y) = 0;
-  virtual void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                        const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
-                                        const Tensor& dgamma, const Tensor& dbeta) = 0;
-  virtual void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                          const Tensor& loss_sum_out, const Tensor& correct_out,
-                                          const Tensor& dlogits, float label_smoothing) = 0;
-  virtual void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
-                                    const Tensor& mask, const Tensor& y) = 0;
-  virtual void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) = 0;
   virtual bool unscale_and_check_impl(const Tensor& grads, float inv_scale) = 0;
-  virtual void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                   const std::vector<Tensor>& states, const Tensor& compute_copy) = 0;
   virtual TensorStats stats_impl(const Tensor& x) = 0;
   virtual void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                                  double weight, const Tensor& loss_sum_out, const Tensor& correct_out,

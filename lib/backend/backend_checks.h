@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Internal to lib/backend: the argument checks of the public Backend ops
-// (backend.cpp, backend_ops.cpp), each naming the op, the tensor and what it expected.
+// (backend.cpp, backend_ops.cpp, op_table.inc), each naming the op, the tensor and what it expected.
 #pragma once
 
 #include <fmt/format.h>
@@ -93,6 +93,27 @@ inline void check_conv_shapes(const char* op, const Conv2dParams& p, const Tenso
                p.pad_bottom, p.pad_right, y.str());
 }
 
+// Depthwise: x [N,H,W,C], w [C*M,R,S,1] (M >= 1 filters per input channel), y [N,P,Q,C*M].
+inline void check_depthwise_shapes(const char* op, const Conv2dParams& p, const Tensor& x, const char* xn,
+                                   const Tensor& w, const Tensor& y, const char* yn) {
+  check_conv_params(op, p);
+  require_rank(op, xn, x, 4);
+  require_rank(op, "w", w, 4);
+  require_rank(op, yn, y, 4);
+  MPX_VALIDATE(w.shape[1] == p.R && w.shape[2] == p.S && w.shape[3] == 1,
+               "{}: w {} must be [C*M, R, S, 1] with R={} S={} from the geometry", op, w.str(), p.R, p.S);
+  const int64_t C = x.shape[3];
+  MPX_VALIDATE(C > 0 && w.shape[0] > 0 && w.shape[0] % C == 0,
+               "{}: w {} must have a multiple of the {} channels of {} {} filters (C*M)", op, w.str(), C, xn, x.str());
+  const int P = p.out_h(static_cast<int>(x.shape[1])), Q = p.out_w(static_cast<int>(x.shape[2]));
+  MPX_VALIDATE(P > 0 && Q > 0, "{}: {} {} is smaller than the {}x{} filter with this padding", op, xn, x.str(), p.R,
+               p.S);
+  const Shape ys{x.shape[0], P, Q, w.shape[0]};
+  MPX_VALIDATE(y.shape == ys, "{}: {} must be {} for {} and w {} (R={} S={} stride {}x{} pad t/l/b/r {}/{}/{}/{}), got {}",
+               op, yn, ys.str(), x.str(), w.str(), p.R, p.S, p.stride_h, p.stride_w, p.pad_top, p.pad_left,
+               p.pad_bottom, p.pad_right, y.str());
+}
+
 inline void check_pool_shapes(const char* op, const PoolParams& p, const Tensor& x, const Tensor& y) {
   MPX_VALIDATE(p.R > 0 && p.S > 0 && p.stride_h > 0 && p.stride_w > 0 && p.pad_top >= 0 && p.pad_left >= 0 &&
                    p.pad_bottom >= 0 && p.pad_right >= 0 && p.pad_top < p.R && p.pad_bottom < p.R &&
@@ -143,6 +164,17 @@ inline void check_bias(const char* op, const Tensor& bias, int64_t k, DType comp
                dtype_name(compute), bias.str());
 }
 
+// Batch normalization: x [N, H, W, C] or [N, C] has C channels; its parameters and statistics
+// are float32 [C].
+inline int64_t bn_channels(const char* op, const Tensor& x) {
+  MPX_VALIDATE(x.shape.rank == 4 || x.shape.rank == 2, "{}: x must be [N, H, W, C] or [N, C], got {}", op,
+               x.str());
+  return x.shape[x.shape.rank - 1];
+}
+inline void require_bn_param(const char* op, const char* name, const Tensor& t, int64_t c) {
+  require_f32(op, name, t);
+  require_vector(op, name, t, c);
+}
 
 /// The arguments of softmax_cross_entropy and its scaled twin.
 inline void require_softmax_args(const char* op, const Tensor& logits, const Tensor& labels, const Tensor& loss_sum_out,

@@ -47,6 +47,9 @@ struct OptimizerStep {
   /// Adam's bias-correction step of this update: 1 for the first step, counting skipped steps
   /// too (Keras 2's optimizer.iterations + 1; docs/precision.md).
   int64_t t = 1;
+  /// optimizer_step_state only: the device's lr is multiplied by this (a parameter group's
+  /// multiplier, docs/fast-cifar.md "Parameter groups"; 1 leaves its bits unchanged).
+  float lr_scale = 1.0f;
 };
 
 /// Device-resident bookkeeping of the training step (see Backend::loss_scale_update_state).

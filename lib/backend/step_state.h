@@ -18,7 +18,7 @@
 
 namespace mpx {
 
-/// SkipReason values as stored in StepState::last_skip_reason (train/loss_scaler.h).
+/// SkipReason values as stored in StepState::last_skip_reason (io/checkpoint_state.h).
 constexpr int32_t kStepSkipNonfiniteLoss = 2;
 constexpr int32_t kStepSkipBackwardOverflow = 3;
 

@@ -23,6 +23,15 @@ inline const char* loss_scale_mode_name(LossScaleMode m) { return enum_name(m); 
 inline std::optional<Policy> parse_policy(const std::string& s) { return parse_enum<Policy>(s); }
 inline std::optional<LossScaleMode> parse_loss_scale_mode(const std::string& s) { return parse_enum<LossScaleMode>(s); }
 
+/// One rule of a per-parameter list (optimizer.lr_multipliers, ...): the parameters whose
+/// name "<layer>/<parameter>" matches the glob `pattern` (* and ?) take `value`; the
+/// first matching rule of a list wins (docs/fast-cifar.md, "Parameter groups").
+struct ParamRule {
+  std::string pattern;
+  double value = 0;
+  bool operator==(const ParamRule& o) const { return pattern == o.pattern && value == o.value; }
+};
+
 struct LossScaleConfig {
   /// Unset in the YAML: dynamic for mixed_float16, none otherwise (resolved by
   /// the trainer once the policy is resolved; `mode_explicit` says whether the user set it).
@@ -72,9 +81,10 @@ struct LayerConfig {
   // conv2d / dense
   int64_t filters = 0;  // conv2d
   int64_t units = 0;    // dense
+  int64_t depth_multiplier = 1;  // depthwise_conv2d: filters per input channel
   int kernel_h = 3, kernel_w = 3;
   int stride_h = 1, stride_w = 1;
-  Padding padding = Padding::Valid;  // conv2d, pools
+  Padding padding = Padding::Valid;  // conv2d, depthwise_conv2d, pools
   bool use_bias = true;
   KernelInit kernel_initializer = KernelInit::GlorotUniform;  // conv2d
   ActivationName activation = ActivationName::Linear;  // core/activation.h's names, or softmax
@@ -86,6 +96,12 @@ struct LayerConfig {
   double rate = 0.5;
   // batch_norm
   double momentum = 0.99, epsilon = 1e-3;
+  bool scale = true;  // batch_norm: a learned gamma (false: gamma is fixed at 1, Keras scale=False)
+  // dense: the output (logits) multiplied by this constant after the bias
+  double output_scale = 1.0;
+  // conv2d, kernel_initializer patch_whitening: the training images it reads, and eps
+  int64_t whitening_images = 5000;
+  double whitening_epsilon = 5e-4;
   // residual
   std::vector<LayerConfig> layers;
   /// Position in the YAML for error messages ("model.layers[3]", line, column).
@@ -106,6 +122,9 @@ struct OptimizerConfig {
   bool nesterov = false;  // sgd
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-7;
   double weight_decay = 0.0;
+  /// Per-parameter multipliers of the learning rate and of weight_decay, and the epoch from
+  /// which a parameter is no longer updated (docs/fast-cifar.md, "Parameter groups").
+  std::vector<ParamRule> lr_multipliers, weight_decay_multipliers, freeze_after_epochs;
 };
 
 struct ScheduleConfig {
@@ -133,6 +152,15 @@ struct EarlyStoppingConfig {
   bool restore_best = false;  // Keras restore_best_weights
 };
 
+/// Lookahead on the weights (docs/fast-cifar.md, "Lookahead"): every `every` steps the
+/// averaged weights move towards the trained ones by 1 - decay_t, decay_t = decay *
+/// (step / total steps)^power, and the trained weights are set to them.
+struct LookaheadConfig {
+  int64_t every = 0;  // 0 = off
+  double decay = 0.7737809375;  // 0.95^5
+  double power = 3.0;
+};
+
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 50;
@@ -150,6 +178,14 @@ struct TrainConfig {
   /// epochs in a row; 0 = off.
   int64_t divergence_patience = 0;
   EarlyStoppingConfig early_stopping;
+  /// Test-time augmentation of every evaluation (docs/fast-cifar.md, "Test-time augmentation").
+  TtaMode tta = TtaMode::None;
+  /// The accuracy the run is timed to (summary.json's time_to_target); 0 = none. The
+  /// evaluation of the epoch (validation split, else test split) decides.
+  double target_accuracy = 0.0;
+  /// Stop once target_accuracy is met.
+  bool stop_at_target = false;
+  LookaheadConfig lookahead;
   /// Write TensorBoard event files under <run>/tensorboard (docs/report.md).
   bool tensorboard = true;
   /// When the host reads the step's loss and finiteness verdict: Step (every step: per-step

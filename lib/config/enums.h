@@ -56,7 +56,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_LAYER_TYPES(X)                                                                        \
   X(Conv2d, "conv2d") X(Dense, "dense") X(Activation, "activation") X(MaxPool, "max_pool")        \
   X(AvgPool, "avg_pool") X(GlobalAvgPool, "global_avg_pool") X(Flatten, "flatten")                \
-  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")
+  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")                       \
+  X(DepthwiseConv2d, "depthwise_conv2d")
 /// A layer's `dtype:`: a policy name, or the bare 16-bit dtype (same meaning; kept as written).
 #define MPX_LAYER_DTYPES(X)                                                                       \
   X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16")       \
@@ -75,7 +76,8 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_CONV_ALGOS(X) X(Heuristic, "heuristic") X(Search, "search")
 #define MPX_CPU_WINOGRAD(X) X(Auto, "auto") X(Off, "off") X(On, "on") X(F2, "f2")
 #define MPX_PAD_MODES(X) X(Zeros, "zeros") X(Reflect, "reflect")
-#define MPX_KERNEL_INITS(X) X(GlorotUniform, "glorot_uniform") X(Dirac, "dirac")
+#define MPX_KERNEL_INITS(X) X(GlorotUniform, "glorot_uniform") X(Dirac, "dirac") X(PatchWhitening, "patch_whitening")
+#define MPX_TTA_MODES(X) X(None, "none") X(Mirror, "mirror") X(MirrorTranslate, "mirror_translate")
 #define MPX_FLIP_MODES(X) X(Random, "random") X(Alternating, "alternating")
 #define MPX_EARLY_STOP_MONITORS(X) X(None, "none") X(ValLoss, "val_loss") X(ValAccuracy, "val_accuracy")
 // clang-format on
@@ -102,6 +104,8 @@ MPX_DEFINE_ENUM(PadMode, MPX_PAD_MODES)
 /// data.augment.flip_mode: a fresh coin every epoch, or each image's first coin alternated.
 MPX_DEFINE_ENUM(FlipMode, MPX_FLIP_MODES)
 MPX_DEFINE_ENUM(EarlyStopMonitor, MPX_EARLY_STOP_MONITORS)
+/// train.tta: the views every evaluation averages.
+MPX_DEFINE_ENUM(TtaMode, MPX_TTA_MODES)
 
 /// The config spelling of `e` ("conv2d", "mixed_float16", ...).
 template <class E>

@@ -145,6 +145,12 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(optimizer.beta2, Num(R::half_open(0, 1)), "all but sgd: second-moment decay"),
     MPX_KEY(optimizer.epsilon, Num(R::gt(0)), "all but sgd: added to the denominator"),
     MPX_KEY(optimizer.weight_decay, Num(R::ge(0)), "decoupled decay (adamw), else L2 added to the gradient"),
+    MPX_KEY(optimizer.lr_multipliers, ParamRules(R::ge(0)),
+      "per parameter: \"<layer>/<parameter>=m\" (a glob; the first match wins) multiplies its learning rate by m; 0 freezes it"),
+    MPX_KEY(optimizer.weight_decay_multipliers, ParamRules(R::ge(0)),
+      "per parameter, as lr_multipliers: multiplies its weight_decay"),
+    MPX_KEY(optimizer.freeze_after_epochs, ParamRules(R::ge(0)),
+      "per parameter, as lr_multipliers: \"<layer>/<parameter>=n\" is updated in the first n epochs only"),
 
     MPX_KEY(schedule.name, Enum<ScheduleName>(), "the learning-rate schedule"),
     MPX_KEY(schedule.warmup_epochs, Num(R::closed(0, kMaxEpochs)), "linear warm-up from 0 over this many epochs"),
@@ -181,6 +187,15 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(train.early_stopping.min_delta, Num(R::ge(0)), "smallest change of the monitored figure that counts as an improvement"),
     MPX_KEY(train.early_stopping.restore_best, Bool(),
       "on stopping early, go back to the weights of the best evaluation (Keras restore_best_weights)"),
+    MPX_KEY(train.tta, Enum<TtaMode>(),
+      "test-time augmentation of every evaluation: none, mirror (the image and its mirror), mirror_translate (and both shifted by one pixel)"),
+    MPX_KEY(train.target_accuracy, Num(R::half_open(0, 1)),
+      "record when an evaluation first reaches this accuracy (time_to_target in summary.json; 0 = none)"),
+    MPX_KEY(train.stop_at_target, Bool(), "stop once train.target_accuracy is reached"),
+    MPX_KEY(train.lookahead.every, Int(0, kI64Max),
+      "lookahead: every this many steps the averaged weights move towards the trained ones, which then take their value (0 = off)"),
+    MPX_KEY(train.lookahead.decay, Num(R::closed(0, 1)), "lookahead: the averaged weights keep decay * (step / steps)^power of themselves"),
+    MPX_KEY(train.lookahead.power, Num(R::ge(0)), "lookahead: the power of the decay's schedule"),
     MPX_KEY(train.tensorboard, Bool(), "write TensorBoard event files under <run dir>/tensorboard"),
     MPX_KEY(train.sync, Enum<SyncMode>(),
       "when the host reads the loss and skip verdict: every step, or every log_every steps (auto: log on one GPU)"),
@@ -215,6 +230,11 @@ std::string leaky_relu_only(const LayerConfig& L) {
   return fmt::format("negative_slope applies to activation leaky_relu only, not to {}", enum_name(L.activation));
 }
 void use_leaky_relu(LayerConfig& L) { L.activation = ActivationName::LeakyRelu; }
+std::string whitening_only(const LayerConfig& L) {
+  if (L.kernel_initializer == KernelInit::PatchWhitening) return "";
+  return fmt::format("applies to kernel_initializer patch_whitening only, not to {}", enum_name(L.kernel_initializer));
+}
+void use_whitening(LayerConfig& L) { L.kernel_initializer = KernelInit::PatchWhitening; }
 
 }  // namespace
 
@@ -230,24 +250,34 @@ const std::vector<Key<LayerConfig>>& layer_keys() {
       .doc_default("the model's policy"),
     MPX_KEY(filters, Int(1, kIntMax), "output channels").only({T::Conv2d}).req(),
     MPX_KEY(units, Int(1, kIntMax), "output features").only({T::Dense}).req(),
-    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only({T::Conv2d}),
-    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only({T::Conv2d}).aka("stride"),
+    MPX_KEY(depth_multiplier, Int(1, kIntMax), "filters per input channel (output channels = input channels * this)")
+      .only({T::DepthwiseConv2d}),
+    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only({T::Conv2d, T::DepthwiseConv2d}),
+    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only({T::Conv2d, T::DepthwiseConv2d})
+      .aka("stride"),
     k("pool_size", MPX_HW(pool_h, pool_w), Pair(1, 1024), "window size").only({T::MaxPool, T::AvgPool}).aka("size"),
     k("strides", MPX_HW(pool_stride_h, pool_stride_w), Pair(1, 1024), "strides")
       .only({T::MaxPool, T::AvgPool}).aka("stride").derived(default_pool_strides, "pool_size"),
     MPX_KEY(padding, Enum<Padding>(), "same: output size = ceil(input / stride)")
-      .only({T::Conv2d, T::MaxPool, T::AvgPool}),
-    MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::Dense}),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::MaxPool, T::AvgPool}),
+    MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::DepthwiseConv2d, T::Dense}),
     MPX_KEY(kernel_initializer, Enum<KernelInit>(),
       "glorot_uniform, or dirac: the first min(filters, input channels) filters pass their own channel through "
-      "(1 at the kernel's centre), the others glorot_uniform").only({T::Conv2d}),
+      "(1 at the kernel's centre), the others glorot_uniform; patch_whitening: from the training images' patch "
+      "covariance (2 x kernel area x channels filters)").only({T::Conv2d}),
+    MPX_KEY(whitening_images, Int(1, kI64Max), "patch_whitening: the first this many training images")
+      .only({T::Conv2d}).only_if(whitening_only, use_whitening),
+    MPX_KEY(whitening_epsilon, Num(R::gt(0)), "patch_whitening: added to each eigenvalue")
+      .only({T::Conv2d}).only_if(whitening_only, use_whitening),
+    MPX_KEY(output_scale, Num(R::any()), "the output multiplied by this constant (after the bias)").only({T::Dense}),
     MPX_KEY(activation, Enum<ActivationName>(), "fused activation (softmax: last layer only)")
-      .only({T::Conv2d, T::Dense, T::Activation}),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}),
     MPX_KEY(negative_slope, Num(R::ge(0)), "leaky_relu: slope for x < 0 (Keras 3's default)")
-      .only({T::Conv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
+      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
     MPX_KEY(rate, Num(R::half_open(0, 1)), "fraction of inputs dropped in training").only({T::Dropout}),
     MPX_KEY(momentum, Num(R::closed(0, 1)), "moving-average momentum").only({T::BatchNorm}),
     MPX_KEY(epsilon, Num(R::gt(0)), "added to the variance").only({T::BatchNorm}),
+    MPX_KEY(scale, Bool(), "a learned gamma (false: gamma is 1, as Keras' scale=False)").only({T::BatchNorm}),
     MPX_KEY(layers, Layers(), "the block, added to its input (1x1 projection when the shapes differ)")
       .only({T::Residual}).req(),
   };

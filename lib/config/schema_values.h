@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -273,6 +274,46 @@ struct Nums : Plain {
   void vary(std::vector<double>& v, const std::vector<double>&, int salt) const {
     v.clear();
     for (int i = 0; i < 3; ++i) v.push_back(vary_double(0.25 * (i + 1), range, salt + i));
+  }
+};
+
+/// A list of "pattern=value" strings (ParamRule): a glob over "<layer>/<parameter>" names and
+/// a number in `range`.
+struct ParamRules : Plain {
+  Range range;
+  explicit ParamRules(Range r) : range(r) {}
+  void read(const Reader& r, const YNode& n, const std::string& p, std::vector<ParamRule>& v) const {
+    if (!n.is_seq()) r.fail(n.origin, p, fmt::format("expected {}, got {}", expected(), config_detail::describe(n)));
+    v.clear();
+    for (size_t i = 0; i < n.children.size(); ++i) {
+      const std::string at = fmt::format("{}[{}]", p, i);
+      const std::string s = r.as_string(n.children[i], at);
+      const size_t eq = s.rfind('=');
+      ParamRule rule;
+      rule.pattern = s.substr(0, eq == std::string::npos ? 0 : eq);
+      const std::string num = eq == std::string::npos ? std::string() : s.substr(eq + 1);
+      char* end = nullptr;
+      rule.value = num.empty() ? 0.0 : std::strtod(num.c_str(), &end);
+      if (eq == std::string::npos || rule.pattern.empty() || num.empty() || end == nullptr || *end != '\0')
+        r.fail(n.children[i].origin, at,
+               fmt::format("expected \"<layer>/<parameter>=<number>\" (a glob, e.g. \"batch_norm*/beta=64\"), got \"{}\"", s));
+      if (!range.contains(rule.value))
+        r.fail(n.children[i].origin, at,
+               fmt::format("the value {} of \"{}\" is out of range: expected {}", num, s, config_detail::double_range(range)));
+      v.push_back(std::move(rule));
+    }
+  }
+  bool is_set(const std::vector<ParamRule>& v) const { return !v.empty(); }
+  void write(YAML::Emitter& out, const std::vector<ParamRule>& v) const {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const ParamRule& x : v) out << (x.pattern + "=" + yaml_double(x.value));
+    out << YAML::EndSeq;
+  }
+  std::string expected() const {
+    return "a list of \"<layer>/<parameter>=<number>\" strings, each number " + config_detail::double_range(range);
+  }
+  void vary(std::vector<ParamRule>& v, const std::vector<ParamRule>&, int salt) const {
+    v = {ParamRule{fmt::format("layer{}/*", salt), vary_double(1.0, range, salt)}};
   }
 };
 

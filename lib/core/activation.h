@@ -28,8 +28,9 @@
 
 namespace mpx {
 
-/// Every activation a layer can apply. None is the identity (Keras "linear").
-enum class ActKind : uint8_t { None, Relu, LeakyRelu, Gelu, GeluTanh, Silu };
+/// Every activation a layer can apply. None is the identity (Keras "linear"). Scale
+/// (y = alpha x) has no config name: a dense layer's output_scale becomes it.
+enum class ActKind : uint8_t { None, Relu, LeakyRelu, Gelu, GeluTanh, Silu, Scale };
 
 /// The tensor an activation's backward pass reads besides dy.
 enum class ActSaved : uint8_t {
@@ -45,11 +46,13 @@ constexpr ActSaved backward_reads(ActKind k) {
     case ActKind::None: return ActSaved::Nothing;
     case ActKind::Relu:
     case ActKind::LeakyRelu: return ActSaved::Output;  // y > 0 iff x > 0 (slope >= 0), also after rounding
+    case ActKind::Scale: return ActSaved::Output;      // the derivative is alpha: y is passed, never read
     default: return ActSaved::Input;
   }
 }
 
-/// An activation with its parameter. alpha: leaky_relu's negative slope (>= 0); 0 otherwise.
+/// An activation with its parameter. alpha: leaky_relu's negative slope (>= 0), Scale's
+/// factor; 0 otherwise.
 struct Activation {
   ActKind kind = ActKind::None;
   float alpha = 0.0f;
@@ -198,6 +201,7 @@ MPX_ACT_FN float activation_value(Activation a, float x) {
     case ActKind::None: return x;
     case ActKind::Relu: return x < 0.0f ? 0.0f : x;
     case ActKind::LeakyRelu: return x < 0.0f ? a.alpha * x : x;
+    case ActKind::Scale: return a.alpha * x;
     case ActKind::Gelu: return 0.5f * x * erfc_f(-x * kSqrtHalf);  // x Phi(x), Phi = erfc(-x/sqrt2)/2
     case ActKind::GeluTanh: {  // 0.5 x (1 + tanh(u)) = x / (1 + e^-2u)
       const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
@@ -217,6 +221,7 @@ MPX_ACT_FN float activation_grad(Activation a, float saved, float dy) {
     case ActKind::None: return dy;
     case ActKind::Relu: return saved > 0.0f ? dy : 0.0f;
     case ActKind::LeakyRelu: return saved > 0.0f ? dy : a.alpha * dy;
+    case ActKind::Scale: return a.alpha * dy;
     case ActKind::Gelu: {  // Phi(x) + x phi(x)
       const float x = saved;
       return dy * (0.5f * erfc_f(-x * kSqrtHalf) + x * (kInvSqrt2Pi * exp_f(-0.5f * x * x)));
@@ -250,6 +255,7 @@ decltype(auto) with_activation_kind(ActKind k, F&& f) {
     case ActKind::Gelu: return f(std::integral_constant<ActKind, ActKind::Gelu>{});
     case ActKind::GeluTanh: return f(std::integral_constant<ActKind, ActKind::GeluTanh>{});
     case ActKind::Silu: return f(std::integral_constant<ActKind, ActKind::Silu>{});
+    case ActKind::Scale: return f(std::integral_constant<ActKind, ActKind::Scale>{});
     case ActKind::None: break;
   }
   return f(std::integral_constant<ActKind, ActKind::None>{});

@@ -27,7 +27,10 @@ class BatchNorm : public Layer {
     out_shape_ = in;
     // PyTorch's BatchNorm names: weight, bias, running_mean, running_var.
     using L = ExportLayout;
-    gamma_ = c.add_param(name(), "gamma", Shape{C}, true, Init::Ones, {L::InputFeatures, "weight"});
+    // scale: false (Keras scale=False): gamma stays 1, kept with the moving statistics (the
+    // pytorch layout's weight with requires_grad off); its gradient goes to a scratch buffer.
+    scale_ = cfg.scale;
+    gamma_ = c.add_param(name(), "gamma", Shape{C}, scale_, Init::Ones, {L::InputFeatures, "weight"});
     beta_ = c.add_param(name(), "beta", Shape{C}, true, Init::Zeros, {L::InputFeatures, "bias"});
     mean_ = c.add_param(name(), "moving_mean", Shape{C}, false, Init::Zeros, {L::InputFeatures, "running_mean"});
     var_ = c.add_param(name(), "moving_variance", Shape{C}, false, Init::Ones, {L::InputFeatures, "running_var"});
@@ -35,6 +38,7 @@ class BatchNorm : public Layer {
     y_ = c.plan(t, in, name() + " output", true);
     saved_mean_ = c.plan_flat(DType::F32, C, name() + " saved mean", true);
     saved_invstd_ = c.plan_flat(DType::F32, C, name() + " saved inverse std", true);
+    if (!scale_) dgamma_ = c.plan_flat(DType::F32, C, name() + " gamma gradient (unused: scale false)", false);
     // The backend always writes dx, also for a first layer that needs none.
     Layer::plan_dx(c);
   }
@@ -44,11 +48,11 @@ class BatchNorm : public Layer {
     trained_ = c.training;
     const Tensor y = y_.at(x.shape[0]);
     if (c.training) {
-      c.be->batch_norm_forward_training(x, c.master_of(gamma_), c.master_of(beta_), momentum_, epsilon_,
+      c.be->batch_norm_forward_training(x, gamma(c), c.master_of(beta_), momentum_, epsilon_,
                                         c.state_of(mean_), c.state_of(var_), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
                                         saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), y);
     } else {
-      c.be->batch_norm_forward_inference(x, c.master_of(gamma_), c.master_of(beta_), c.state_of(mean_),
+      c.be->batch_norm_forward_inference(x, gamma(c), c.master_of(beta_), c.state_of(mean_),
                                          c.state_of(var_), epsilon_, y);
     }
     return y;
@@ -57,13 +61,17 @@ class BatchNorm : public Layer {
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     MPX_CHECK_MSG(trained_, name() + ": backward needs a training-mode forward (batch statistics)");
     const Tensor dx = dx_.at(dy.shape[0]);
-    c.be->batch_norm_backward(x_, dy, c.master_of(gamma_), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
-                              saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), dx, c.grad_of(gamma_),
+    c.be->batch_norm_backward(x_, dy, gamma(c), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
+                              saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), dx,
+                              scale_ ? c.grad_of(gamma_) : dgamma_.buf.view(DType::F32, dgamma_.per_sample),
                               c.grad_of(beta_));
     return need_dx ? dx : Tensor();
   }
 
  private:
+  Tensor gamma(const Context& c) const { return scale_ ? c.master_of(gamma_) : c.state_of(gamma_); }
+  bool scale_ = true;
+  Planned dgamma_;
   float momentum_ = 0.99f, epsilon_ = 1e-3f;
   int gamma_ = -1, beta_ = -1, mean_ = -1, var_ = -1;
   bool trained_ = false;

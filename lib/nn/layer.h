@@ -252,6 +252,8 @@ std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_s
 
 // Factories of the individual layer types (one file each).
 std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
+std::unique_ptr<Layer> make_depthwise_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
+                                             bool is_last);
 std::unique_ptr<Layer> make_dense(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
 std::unique_ptr<Layer> make_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
 std::unique_ptr<Layer> make_global_avg_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);

@@ -33,7 +33,7 @@ struct LayerInfo {
 };
 
 /// How a parameter's elements are laid out in the weights files of `mpx export` (the table
-/// in train/weights.h). Its layer declares it with the parameter (Context::add_param), so
+/// in weights/weights.h). Its layer declares it with the parameter (Context::add_param), so
 /// the export never guesses it from a name or a rank.
 enum class ExportLayout : uint8_t {
   AsIs,           // one value per output unit or channel (bias): as is in both layouts
@@ -42,12 +42,21 @@ enum class ExportLayout : uint8_t {
   ConvKernel,     // [K, R, S, C]: keras [R, S, C, K], pytorch [K, C, R, S]
   DenseKernel,    // [Cout, Cin]: keras [Cin, Cout]; pytorch as is, the input columns
                   // of a flatten of an [H, W, C] map in its (c, h, w) order
+  Permuted,       // the layer's own transposes, in ParamExport::keras and ParamExport::torch
+};
+
+/// One file layout of an ExportLayout::Permuted parameter: its elements viewed as `view` (a
+/// shape of the same element count), then transposed so that file axis i is view axis perm[i].
+struct ExportAxes {
+  Shape view;
+  std::vector<int> perm;
 };
 
 /// What a layer declares of a parameter for the weights files.
 struct ParamExport {
   ExportLayout layout = ExportLayout::AsIs;
   const char* torch_name = nullptr;  // its name in the pytorch layout; nullptr: the mpx (Keras) name
+  ExportAxes keras = {}, torch = {};  // ExportLayout::Permuted only
 };
 
 /// One parameter tensor inside an arena (names as Keras: kernel, bias, gamma,
@@ -60,6 +69,7 @@ struct ParamInfo {
   int64_t offset = 0;   // elements from the start of its arena
   bool trainable = true;
   ExportLayout layout = ExportLayout::AsIs;
+  ExportAxes keras_axes, torch_axes;  // ExportLayout::Permuted only
   std::string torch_name;  // the name in the pytorch layout
 };
 

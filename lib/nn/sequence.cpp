@@ -33,6 +33,16 @@ Tensor Planned::at(int64_t n) const {
 }
 
 Activation parse_activation(const LayerConfig& cfg, bool is_last) {
+  if (cfg.type == LayerType::Dense && cfg.output_scale != 1.0) {
+    // output_scale: logits multiplied by a constant, an activation of its own (docs/fast-cifar.md).
+    if (cfg.activation != ActivationName::Linear && cfg.activation != ActivationName::Softmax)
+      throw ConfigError(fmt::format("{}: output_scale needs activation linear or softmax, not {}; put the "
+                                    "activation in a layer of its own",
+                                    where(cfg), enum_name(cfg.activation)));
+    if (cfg.activation == ActivationName::Softmax && !is_last)
+      throw ConfigError(where(cfg) + ": activation softmax is only allowed on the last layer of the model");
+    return Activation{ActKind::Scale, static_cast<float>(cfg.output_scale)};
+  }
   if (cfg.activation == ActivationName::Softmax) {
     if (!is_last)
       throw ConfigError(where(cfg) +
@@ -102,6 +112,8 @@ int Context::add_param(const std::string& layer, const std::string& name, Shape 
   p.shape = shape;
   p.trainable = trainable;
   p.layout = export_as.layout;
+  p.keras_axes = export_as.keras;
+  p.torch_axes = export_as.torch;
   p.torch_name = export_as.torch_name ? export_as.torch_name : name;
   int64_t& end = trainable ? n_params : n_state;
   p.offset = align_param(end);
@@ -334,9 +346,11 @@ std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, 
   std::unique_ptr<Layer> l;
   using T = LayerType;
   const T ty = cfg.type;
-  if (ty != T::Activation && ty != T::Conv2d && ty != T::Dense) parse_activation(cfg, is_last);  // defaults: linear
+  if (ty != T::Activation && ty != T::Conv2d && ty != T::DepthwiseConv2d && ty != T::Dense)
+    parse_activation(cfg, is_last);  // defaults: linear
   switch (ty) {
     case T::Conv2d: l = make_conv2d(c, cfg, in, t, depth, is_last); break;
+    case T::DepthwiseConv2d: l = make_depthwise_conv2d(c, cfg, in, t, depth, is_last); break;
     case T::Dense: l = make_dense(c, cfg, in, t, depth, is_last); break;
     case T::MaxPool:
     case T::AvgPool: l = make_pool(c, cfg, in, t, depth); break;

@@ -11,9 +11,9 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "io/run_dir.h"
 #include "report/svg_chart.h"
 #include "report/table.h"
-#include "train/run_dir.h"
 
 using nlohmann::json;
 

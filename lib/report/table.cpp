@@ -138,7 +138,7 @@ std::string cell_text(const Column& c, const json& v) {
     const double d = v.get<double>();
     const bool is_loss = c.key.find("loss") != std::string::npos && c.key != "final_loss_scale";
     if (c.key.find("accuracy") != std::string::npos || is_loss) return fmt::format("{:.4f}", d);
-    if (c.key == "images_per_sec" || c.key == "wall_seconds") return fmt::format("{:.1f}", d);
+    if (c.key == "images_per_sec" || c.key == "wall_seconds" || c.key == "time_to_target_seconds") return fmt::format("{:.1f}", d);
     return fmt::format("{:g}", d);
   }
   return v.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -147,6 +147,16 @@ std::string cell_text(const Column& c, const json& v) {
 Table run_table(const std::vector<RunData>& runs) {
   Table t;
   t.columns = kSummaryColumns;
+  // train.target_accuracy: the time to it, after the wall time, where some run was timed to one.
+  const bool timed = std::any_of(runs.begin(), runs.end(), [](const RunData& r) {
+    const auto it = r.summary.find("target_accuracy");
+    return it != r.summary.end() && !it->is_null();
+  });
+  if (timed) {
+    auto at = std::find_if(t.columns.begin(), t.columns.end(), [](const Column& c) { return c.key == "wall_seconds"; });
+    at = t.columns.insert(at + 1, {"time_to_target_seconds", "to target s"});
+    t.columns.insert(at + 1, {"target_epoch", "target epoch"});
+  }
   for (const auto& k : differing_keys(runs)) {
     // `policy` is a summary column already (the resolved one; config.yaml has it resolved too).
     const bool taken = std::any_of(t.columns.begin(), t.columns.end(), [&](const Column& c) { return c.key == k; });

@@ -5,17 +5,106 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "core/half.h"
-
-#include <fmt/format.h>
-
-#include "train/run_log.h"
-#include "train/session.h"
 
 namespace mpx {
 
+std::vector<TtaView> tta_views(TtaMode mode) {
+  switch (mode) {
+    case TtaMode::None: break;
+    case TtaMode::Mirror: return {{0, false, 0.5}, {0, true, 0.5}};
+    case TtaMode::MirrorTranslate:  // airbench94's level 2: half the mirror pair, a quarter each shifted pair
+      return {{0, false, 0.25}, {0, true, 0.25}, {-1, false, 0.125}, {-1, true, 0.125}, {1, false, 0.125}, {1, true, 0.125}};
+  }
+  return {{0, false, 1.0}};
+}
+
+void tta_apply(const TtaView& v, const uint8_t* src, int H, int W, int C, uint8_t* dst) {
+  // Reflection about the edge pixel, without repeating it (|shift| < H, W).
+  auto reflect = [](int i, int n) { return i < 0 ? -i : i >= n ? 2 * n - 2 - i : i; };
+  for (int h = 0; h < H; ++h) {
+    const int sh = reflect(h + v.shift, H);
+    for (int w = 0; w < W; ++w) {
+      const int sw = reflect((v.flip ? W - 1 - w : w) + v.shift, W);
+      const uint8_t* p = src + (static_cast<int64_t>(sh) * W + sw) * C;
+      std::copy(p, p + C, dst + (static_cast<int64_t>(h) * W + w) * C);
+    }
+  }
+}
+
+namespace {
+
+// train.tta: every view of a batch through the model, the weighted mean of their logits, and
+// the loss, accuracy and confusion of the mean on the host (float64).
+EvalResult evaluate_views(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm,
+                          const EvalProgress& progress, TtaMode tta, std::vector<float>* logits_out) {
+  const std::vector<TtaView> views = tta_views(tta);
+  const int K = ds.num_classes;
+  std::vector<double> confusion(static_cast<size_t>(K) * static_cast<size_t>(K), 0.0);
+  const int64_t B = bb.max_batch, ib = ds.image_bytes();
+  const int64_t world = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
+  const int64_t begin = ds.size() * rank / world, end = ds.size() * (rank + 1) / world;
+  std::vector<uint8_t> img(static_cast<size_t>(B * ib)), raw;
+  std::vector<float> host;
+  std::vector<double> mean;
+  double loss = 0, correct = 0;
+  if (logits_out) logits_out->clear();
+  for (int64_t i = begin; i < end; i += B) {
+    const int64_t n = std::min(B, end - i);
+    const Tensor x = bb.images(n);
+    mean.assign(static_cast<size_t>(n * K), 0.0);
+    for (const TtaView& v : views) {
+      for (int64_t r = 0; r < n; ++r)
+        tta_apply(v, ds.images.data() + (i + r) * ib, ds.H, ds.W, ds.C, img.data() + r * ib);
+      be.upload(x, img.data());
+      const Tensor logits = model.forward(x, false);
+      MPX_CHECK(logits.numel() == n * K);
+      raw.resize(logits.bytes());
+      host.resize(static_cast<size_t>(n * K));
+      be.download(raw.data(), logits);
+      convert(raw.data(), logits.dtype, host.data(), DType::F32, host.size());
+      for (size_t j = 0; j < host.size(); ++j) mean[j] += v.weight * static_cast<double>(host[j]);
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      const double* z = mean.data() + r * K;
+      const int truth = ds.labels[static_cast<size_t>(i + r)];
+      const int pred = static_cast<int>(std::max_element(z, z + K) - z);
+      double mx = z[0], sum = 0;
+      for (int k = 1; k < K; ++k) mx = std::max(mx, z[k]);
+      for (int k = 0; k < K; ++k) sum += std::exp(z[k] - mx);
+      if (truth >= 0 && truth < K) {
+        loss += mx + std::log(sum) - z[truth];
+        correct += pred == truth ? 1.0 : 0.0;
+        confusion[static_cast<size_t>(truth * K + pred)] += 1.0;
+      }
+      if (logits_out)
+        for (int k = 0; k < K; ++k) logits_out->push_back(static_cast<float>(z[k]));
+    }
+    if (progress) progress(i + n - begin, end - begin);
+  }
+  if (world > 1) {
+    double v[2] = {loss, correct};
+    comm->all_reduce_sum(v, 2);
+    loss = v[0], correct = v[1];
+    comm->all_reduce_sum(confusion.data(), confusion.size());
+  }
+  EvalResult r;
+  r.num_classes = K;
+  for (double v : confusion) r.confusion.push_back(static_cast<int64_t>(std::llround(v)));
+  r.count = ds.size();
+  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
+  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
+  r.policy = policy_name(model.policy());
+  return r;
+}
+
+}  // namespace
+
 EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm,
-                          const EvalProgress& progress) {
+                          const EvalProgress& progress, TtaMode tta, std::vector<float>* logits_out) {
+  if (tta != TtaMode::None) return evaluate_views(be, model, bb, ds, comm, progress, tta, logits_out);
+  if (logits_out) logits_out->clear();
   double loss = 0, correct = 0;
   const int K = ds.num_classes;
   std::vector<double> confusion(static_cast<size_t>(K) * static_cast<size_t>(K), 0.0);
@@ -42,6 +131,7 @@ EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dat
       host.resize(static_cast<size_t>(n) * static_cast<size_t>(K));
       be.download(raw.data(), logits);
       convert(raw.data(), logits.dtype, host.data(), DType::F32, host.size());
+      if (logits_out) logits_out->insert(logits_out->end(), host.begin(), host.end());
       for (int64_t r = 0; r < n; ++r) {
         const float* row = host.data() + r * K;
         const int pred = static_cast<int>(std::max_element(row, row + K) - row);
@@ -77,36 +167,6 @@ std::vector<double> EvalResult::per_class_accuracy() const {
                           : std::nan(""));
   }
   return acc;
-}
-
-namespace {
-
-EvalResult evaluate_from(const Config& cfg, const std::string& weights, const std::string& checkpoint, bool show) {
-  Session s(cfg);
-  s.start_backend();
-  s.load_data(DataNeed::Test);
-  const int64_t B = std::max<int64_t>(1, cfg.data.batch_size);
-  std::unique_ptr<Model> model = s.make_model(B);
-  s.init_weights(*model, weights, checkpoint);
-  BatchBuffers bb(s.backend(), B, s.H(), s.W(), s.C(), s.num_classes());
-  Progress line(show);
-  const auto t0 = Clock::now();
-  return evaluate_model(s.backend(), *model, bb, s.test_data(), nullptr, [&](int64_t done, int64_t total) {
-    if (!line.on()) return;  // no formatting without a terminal
-    const double secs = seconds_since(t0);
-    const double rate = secs > 0 ? static_cast<double>(done) / secs : 0.0;
-    line.show(fmt::format("eval {}/{} records, {:.0f} img/s", done, total, rate));
-  });
-}
-
-}  // namespace
-
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress) {
-  return evaluate_from(cfg, "", checkpoint, progress);
-}
-
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights, bool progress) {
-  return evaluate_from(cfg, weights, "", progress);
 }
 
 }  // namespace mpx

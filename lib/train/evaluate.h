@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Test-set evaluation: the loop shared by training (each evaluated epoch),
-// `mpx eval --checkpoint` and `mpx eval --weights`.
+// `mpx eval --checkpoint` and `mpx eval --weights` (commands/eval.h).
 #pragma once
 
 #include <cstdint>
@@ -34,14 +34,25 @@ using EvalProgress = std::function<void(int64_t done, int64_t total)>;
 
 /// @brief Evaluates `model` (inference mode) over the whole of `ds`; loss summed in double.
 /// With several ranks each evaluates a contiguous slice of `ds` and the sums are all-reduced.
+/// `tta`: the logits of each record are the weighted mean of the logits of its views
+/// (docs/fast-cifar.md, "Test-time augmentation"), and the loss and accuracy are those of
+/// the mean, computed on the host in float64. `logits_out` (tests): this rank's records'
+/// logits (the mean under tta), n x classes float32, in record order.
 EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm = nullptr,
-                          const EvalProgress& progress = nullptr);
+                          const EvalProgress& progress = nullptr, TtaMode tta = TtaMode::None,
+                          std::vector<float>* logits_out = nullptr);
 
-/// @brief `mpx eval --checkpoint`: test loss/accuracy of a checkpoint (file or run directory).
-/// `progress`: the live progress line on a terminal, as `mpx train` shows it.
-EvalResult evaluate_checkpoint(const Config& cfg, const std::string& checkpoint, bool progress = false);
-
-/// @brief `mpx eval --weights W`: test loss/accuracy of a safetensors file (either layout).
-EvalResult evaluate_weights(const Config& cfg, const std::string& weights, bool progress = false);
+/// One view of test-time augmentation: the image translated by `shift` pixels on both axes
+/// (reflected at the edges: output pixel (h, w) is input pixel (h + shift, w + shift)), then
+/// mirrored left-right when `flip`, and its weight in the mean.
+struct TtaView {
+  int shift = 0;
+  bool flip = false;
+  double weight = 1.0;
+};
+/// The views of a mode (none: the image itself, weight 1).
+std::vector<TtaView> tta_views(TtaMode mode);
+/// Writes view v of one H x W x C uint8 image.
+void tta_apply(const TtaView& v, const uint8_t* src, int H, int W, int C, uint8_t* dst);
 
 }  // namespace mpx

@@ -183,6 +183,7 @@ Engine::Engine(const Config& cfg, Policy policy, Backend& be, std::unique_ptr<Mo
           static_cast<int>(model_->input_shape()[1]), static_cast<int>(model_->input_shape()[2]),
           model_->num_classes()),
       sync_(be, *model_, comm, device_comm, cfg.dist) {
+  opt_.set_groups(model_->params());
   const int rank = comm ? comm->rank() : 0;
   const StepParts parts{cfg, policy, mode, be, *model_, opt_, scaler_, bb_, sync_, comm,
                         // Dropout masks differ between ranks (rank 0 keeps the single-process masks).

@@ -9,29 +9,14 @@
 #include <string>
 
 #include "config/config.h"
+#include "io/checkpoint_state.h"
 
 namespace mpx {
-
-/// Why a step was skipped (the names appear in logs, metrics.jsonl, summary.json, checkpoints).
-enum class SkipReason : uint8_t { None, NonfiniteForward, NonfiniteLoss, BackwardOverflow };
-/// "", "nonfinite_forward", "nonfinite_loss", "backward_overflow".
-const char* skip_reason_name(SkipReason r);
-/// Inverse of skip_reason_name (unknown text -> None).
-SkipReason parse_skip_reason(const std::string& s);
 
 /// What to try when training diverges under `policy` with loss scaling `mode`: only what
 /// would change something ("loss_scale.mode: dynamic" only where it is not already dynamic).
 /// Policy::Auto: the policy is not known to the caller.
 std::string divergence_advice(Policy policy, LossScaleMode mode);
-
-/// The part of the scaler that is training state (saved in checkpoints).
-struct LossScalerState {
-  double scale = 1.0;
-  int64_t good_steps = 0;         // consecutive finite steps since the last growth or skip
-  int64_t skipped_total = 0;
-  int64_t consecutive_skips = 0;
-  SkipReason last_skip_reason = SkipReason::None;
-};
 
 /**
  * @brief Keras 2 LossScaleOptimizer semantics.

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 using nlohmann::json;
 
@@ -124,6 +124,13 @@ json to_json(const TrainResult& r) {
   j["optimizer_state_bytes"] = r.optimizer_state_bytes;
   j["run_dir"] = r.run_dir;
   add_class_results(j, r.num_classes, r.confusion);
+  if (r.target_accuracy > 0) {
+    j["target_accuracy"] = r.target_accuracy;
+    j["target_met"] = r.target_met;
+    j["target_epoch"] = r.target_met ? json(r.target_epoch) : json(nullptr);
+    j["target_step"] = r.target_met ? json(r.target_step) : json(nullptr);
+    j["time_to_target_seconds"] = r.target_met ? json_number(r.time_to_target_seconds) : json(nullptr);
+  }
   if (r.validation_records > 0) {
     j["validation_records"] = r.validation_records;
     j["final_validation_loss"] = json_number(r.final_validation_loss);

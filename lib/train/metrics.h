@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/trainer.h"
+#include "train/train_result.h"
 
 namespace mpx {
 

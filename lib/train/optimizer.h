@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "nn/model.h"
 
 namespace mpx {
 
@@ -62,6 +63,22 @@ class Optimizer {
   /// The hyper-parameters of the fused pass for this lr and t (tests).
   OptimizerStep step_params(double lr, int64_t t) const;
 
+  /// Parameter groups (docs/fast-cifar.md, "Parameter groups"): from the config's
+  /// lr_multipliers, weight_decay_multipliers and freeze_after_epochs over the model's
+  /// parameters, the arena is updated in ranges of equal settings. Without rules the whole
+  /// arena is one pass, as before. Throws ConfigError for a rule that matches no trainable
+  /// parameter.
+  void set_groups(const std::vector<ParamInfo>& params);
+  /// The epoch of the next steps (freeze_after_epochs).
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// One range of the arena with its settings.
+  struct Segment {
+    int64_t offset = 0, count = 0;
+    float lr_mult = 1.0f, wd_mult = 1.0f;
+    int64_t until_epoch = -1;  // updated in epochs < until_epoch only; -1 = always
+  };
+  const std::vector<Segment>& segments() const { return segments_; }
+
  private:
   OptimizerConfig cfg_;
   Backend& backend_;
@@ -71,6 +88,12 @@ class Optimizer {
   std::vector<Tensor> states_;
   Tensor arena(size_t i) const { return i < states_.size() ? states_[i] : Tensor(); }
   int64_t applied_ = 0;
+  std::vector<Segment> segments_;
+  int64_t epoch_ = 0;
+  /// Calls f(segment, its views of master, grads, states, compute copy) for each range updated
+  /// in this epoch (the whole arena when there are no groups).
+  template <typename F>
+  void for_segments(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, F&& f) const;
 };
 
 }  // namespace mpx

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/run_dir.h"
+#include "io/tensorboard.h"
 #include "train/metrics.h"
-#include "train/run_dir.h"
-#include "train/tensorboard.h"
 
 namespace mpx {
 

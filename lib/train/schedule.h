@@ -8,16 +8,9 @@
 #include <cstdint>
 
 #include "config/config.h"
+#include "io/checkpoint_state.h"
 
 namespace mpx {
-
-/// The mutable part of a schedule (reduce_on_plateau only), saved in checkpoints.
-struct ScheduleState {
-  double plateau_lr = 0;    // current base rate of reduce_on_plateau
-  double best = 0;          // best monitored test loss (+inf before the first)
-  int64_t wait = 0;         // epochs without improvement
-  int64_t cooldown_counter = 0;
-};
 
 /**
  * @brief lr(step) for global step `step` (0-based, skipped steps included):

@@ -13,9 +13,10 @@
 #include "backend/versions.h"
 #include "core/error.h"
 #include "dist/communicator.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 #include "train/train_state.h"
-#include "train/weights.h"
+#include "weights/weights.h"
+#include "data/whitening.h"
 
 namespace mpx {
 
@@ -189,8 +190,42 @@ std::unique_ptr<Model> Session::plan_model(int64_t batch) const {
   return std::make_unique<Model>(cfg_, cfg_.policy, *backend_, H_, W_, C_, K_, batch, true);
 }
 
+void Session::apply_patch_whitening(Model& m) const {
+  const std::vector<LayerConfig>& layers = cfg_.model.layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerConfig& L = layers[i];
+    if (L.type != LayerType::Conv2d || L.kernel_initializer != KernelInit::PatchWhitening) continue;
+    // The filters whiten the model's input, so only the first layer can have them.
+    if (i != 0)
+      throw ConfigError(fmt::format("{}: kernel_initializer patch_whitening needs the first layer of the model "
+                                    "(it whitens the input images' patches); this is layer {}",
+                                    L.key_path.empty() ? L.name : L.key_path, i));
+    const int64_t want = 2LL * L.kernel_h * L.kernel_w * C_;
+    if (L.filters != want)
+      throw ConfigError(fmt::format("{}: kernel_initializer patch_whitening makes 2 x {} x {} x {} = {} filters; set "
+                                    "filters: {} (got {})",
+                                    L.key_path.empty() ? L.name : L.key_path, L.kernel_h, L.kernel_w, C_, want, want,
+                                    L.filters));
+    if (train_.size() == 0) return;  // evaluation and export: the weights come from the file
+    std::vector<double> mean = cfg_.data.mean, stdv = cfg_.data.std;
+    if (mean.empty() || stdv.empty()) default_normalization(cfg_.data.dataset, mean, stdv);
+    const PatchWhitening pw =
+        patch_whitening(train_, L.whitening_images, L.kernel_h, L.kernel_w, mean, stdv, L.whitening_epsilon);
+    for (const ParamInfo& p : m.params()) {
+      if (p.layer != L.name || p.name != "kernel") continue;
+      MPX_CHECK(p.trainable && p.shape.numel() == static_cast<int64_t>(pw.weights.size()));
+      backend_->upload(m.master().flat_view(p.offset, p.shape), pw.weights.data());
+    }
+    m.refresh_compute_copy();
+    spdlog::debug("{}: patch whitening from {} training images, eigenvalues {:.3g} .. {:.3g}", L.name,
+                  std::min<int64_t>(L.whitening_images, train_.size()), pw.eigen.values.front(),
+                  pw.eigen.values.back());
+  }
+}
+
 std::string Session::init_weights(Model& m, const std::string& weights, const std::string& checkpoint) {
   m.init_params(cfg_.seed);
+  apply_patch_whitening(m);
   if (!weights.empty()) {
     const WeightsLayout l = import_weights(m, *backend_, cfg_, input_shape(), weights);
     return fmt::format("{} ({} layout)", weights, weights_layout_name(l));

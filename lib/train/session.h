@@ -56,6 +56,10 @@ class Session {
   /// (file or run directory) `checkpoint`, else weights.init_from, else the seeded
   /// initialization. Returns where they came from, for the log.
   std::string init_weights(Model& m, const std::string& weights = "", const std::string& checkpoint = "");
+  /// kernel_initializer patch_whitening (docs/fast-cifar.md): the first conv2d's kernel from
+  /// the training images loaded (nothing when none are); ConfigError for a layer that is not
+  /// the first or whose filters are not 2 x kernel area x channels.
+  void apply_patch_whitening(Model& m) const;
 
   /// The config with the policy and loss-scale mode resolved (after start_backend/plan_on_cpu).
   const Config& config() const { return cfg_; }

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "train/lookahead.h"
 #include "train/metrics.h"
 #include "train/train_run.h"
 
@@ -69,6 +70,8 @@ bool TrainRun::run_steps(int64_t& epoch_images, double& epoch_seconds) {
   Batch batch;
   while (loader_->next(batch)) {
     const auto t_step = Clock::now();
+    // train.target_accuracy's clock starts with the run's first step (kept across resumes).
+    if (st_.first_step_wall < 0) st_.first_step_wall = st_.prior_wall_seconds + seconds_since(t_start_);
     const double lr = sched_->lr(st_.global_step);
     StepOutcome o;
     try {
@@ -96,6 +99,10 @@ bool TrainRun::run_steps(int64_t& epoch_images, double& epoch_seconds) {
     epoch_seconds += dt;
     run_train_seconds_ += dt;
     if (!o.pending) absorb(o);
+    // train.lookahead (docs/fast-cifar.md), after the step is read back.
+    const int64_t every = c.train.lookahead.every;
+    if (every > 0 && st_.global_step % every == 0)
+      lookahead(lookahead_decay(c.train.lookahead, st_.global_step, c.train.epochs * steps_per_epoch_));
     const LossScaler& scaler = engine_->scaler();
     result_.steps = st_.global_step;
     result_.skipped_steps = scaler.state().skipped_total;
@@ -119,6 +126,7 @@ void TrainRun::run_epochs() {
   const int64_t epochs = c.train.epochs, max_steps = c.train.max_steps;
   while (stop_kind_.empty() && st_.epoch < epochs && !(max_steps > 0 && st_.global_step >= max_steps)) {
     loader_->start_epoch(st_.epoch, st_.step_in_epoch);
+    engine_->optimizer().set_epoch(st_.epoch);
     const auto t_epoch = Clock::now();
     double epoch_seconds = 0;
     int64_t epoch_images = 0;
@@ -156,6 +164,8 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
   const int64_t epoch = st_.epoch, epochs = c.train.epochs, max_steps = c.train.max_steps;
   const bool last_epoch = epoch >= epochs || (max_steps > 0 && st_.global_step >= max_steps);
   const bool do_eval = last_epoch || (c.train.eval_every > 0 && epoch % c.train.eval_every == 0);
+  // train.lookahead: training ends on the averaged weights (decay 1: the trained ones take their value).
+  if (last_epoch && c.train.lookahead.every > 0) lookahead(1.0);
   json rec = {{"kind", "epoch"},
               {"epoch", epoch},
               {"step", st_.global_step},
@@ -214,6 +224,11 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
     eval_text = fmt::format(", test loss {:.4f} acc {:.4f} (best {:.4f}{})", st_.last_test_loss, st_.last_test_accuracy,
                             st_.best_test_accuracy, c.train.eval_policy == EvalPolicy::Float32 ? ", float32 eval" : "");
   }
+  const bool at_target = do_eval && reach_target(val ? st_.last_val_accuracy : st_.last_test_accuracy, epoch, rec);
+  if (at_target && c.train.stop_at_target) {
+    stop_kind_ = "target_reached";
+    if (!val) evaluated_at_end_ = true;  // this epoch's test evaluation is the run's last
+  }
   const int64_t skipped = st_.sums.skipped;
   spdlog::info("epoch {}/{} done in {}: train loss {:.4f} acc {:.4f}{}; {:.0f} img/s, loss scale {}, {} skipped "
                "steps this epoch{}",
@@ -226,12 +241,62 @@ bool TrainRun::end_epoch(Clock::time_point t_epoch, int64_t epoch_images, double
   st_.step_in_epoch = 0;
   if (improved) save("best.ckpt", epoch, 0);
   if (stop_early) stop_kind_ = "early_stopped";
-  const bool save_last = last_epoch || stop_early ||
+  const bool save_last = last_epoch || stop_early || stop_kind_ == "target_reached" ||
                          (c.train.checkpoint_every > 0 && epoch % c.train.checkpoint_every == 0);
   if (save_last) save("last.ckpt", epoch, 0);
   log_->flush();
   check_train_loss_plateau(train_loss, epoch);
   return save_last;
+}
+
+bool TrainRun::reach_target(double accuracy, int64_t epoch, json& rec) {
+  const double target = cfg().train.target_accuracy;
+  if (target <= 0 || st_.target_met || !(accuracy >= target)) return false;
+  st_.target_met = true;
+  st_.target_epoch = epoch;
+  st_.target_step = st_.global_step;
+  st_.target_seconds = st_.prior_wall_seconds + seconds_since(t_start_) - std::max(0.0, st_.first_step_wall);
+  rec["target_reached"] = true;
+  rec["time_to_target_seconds"] = st_.target_seconds;
+  spdlog::info("target accuracy {:.4f} reached after epoch {} (step {}): {:.4f}, {} from the first step{}", target,
+               epoch, st_.global_step, accuracy, format_duration(st_.target_seconds),
+               cfg().train.stop_at_target ? "; stopping (train.stop_at_target)" : "");
+  return true;
+}
+
+void TrainRun::start_lookahead() {
+  if (cfg().train.lookahead.every <= 0) {
+    st_.avg_master.clear();
+    st_.avg_state.clear();
+    return;
+  }
+  Model& m = engine_->model();
+  const auto fits = [](const std::vector<float>& v, const Tensor& t) { return static_cast<int64_t>(v.size()) == (t.empty() ? 0 : t.numel()); };
+  if (!st_.avg_master.empty() && fits(st_.avg_master, m.master()) && fits(st_.avg_state, m.state())) return;
+  if (st_.global_step > 0)
+    spdlog::warn("train.lookahead: the checkpoint holds no averaged weights; averaging starts again from the current ones");
+  st_.avg_master.assign(static_cast<size_t>(m.num_params()), 0.0f);
+  st_.avg_state.assign(static_cast<size_t>(m.num_state()), 0.0f);
+  if (m.num_params() > 0) be().download(st_.avg_master.data(), m.master());
+  if (m.num_state() > 0) be().download(st_.avg_state.data(), m.state());
+}
+
+void TrainRun::lookahead(double decay) {
+  // avg += (1 - decay) (w - avg); w = avg, for the master weights and the batch-norm statistics,
+  // in float32 on the host, so that both backends compute the same bits.
+  Model& m = engine_->model();
+  if (engine_->pending()) absorb(engine_->flush());
+  std::vector<float> cur;
+  const auto mix = [&](std::vector<float>& avg, const Tensor& t) {
+    if (t.empty() || t.numel() == 0) return;
+    cur.resize(static_cast<size_t>(t.numel()));
+    be().download(cur.data(), t);
+    lookahead_mix(avg, cur, decay);
+    be().upload(t, cur.data());
+  };
+  mix(st_.avg_master, m.master());
+  mix(st_.avg_state, m.state());
+  m.refresh_compute_copy();
 }
 
 void TrainRun::check_train_loss_plateau(double train_loss, int64_t epoch) {
@@ -369,6 +434,11 @@ void TrainRun::finalize() {
     result_.last_skip_reason = skip_reason_name(s.last_skip_reason);
   }
   result_.wall_seconds = st_.prior_wall_seconds + seconds_since(t_start_);
+  result_.target_accuracy = cfg().train.target_accuracy;
+  result_.target_met = st_.target_met;
+  result_.target_epoch = st_.target_epoch;
+  result_.target_step = st_.target_step;
+  result_.time_to_target_seconds = st_.target_seconds;
   result_.images_per_sec = run_train_seconds_ > 0 ? static_cast<double>(run_images_) / run_train_seconds_ : 0.0;
   result_.peak_memory_bytes = be().memory_stats().peak_bytes;
   try {

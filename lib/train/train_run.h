@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "dist/communicator.h"
-#include "train/checkpoint.h"
-#include "train/run_dir.h"
+#include "io/checkpoint.h"
+#include "io/run_dir.h"
 #include "train/run_log.h"
 #include "train/schedule.h"
 #include "train/session.h"
@@ -82,6 +82,13 @@ class TrainRun {
   void check_loss_growth(double loss);
   /// Throws DivergedError when the epoch train loss has not improved for train.divergence_patience epochs.
   void check_train_loss_plateau(double train_loss, int64_t epoch);
+  /// train.target_accuracy: records (state, the epoch's metrics record `rec`, the log) the
+  /// first evaluation whose accuracy reaches it; true for that one.
+  bool reach_target(double accuracy, int64_t epoch, nlohmann::json& rec);
+  /// train.lookahead: takes the averaged weights from the checkpoint, else from the model.
+  void start_lookahead();
+  /// One lookahead update with this decay (docs/fast-cifar.md, "Lookahead").
+  void lookahead(double decay);
   void log_step(double lr, int64_t epoch_images, double epoch_seconds);
 
   TrainOptions opts_;

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "train/checkpoint_layout.h"
+#include "weights/checkpoint_layout.h"
 
 namespace mpx {
 
@@ -76,6 +76,11 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   h.stopped_early_epoch = st.stopped_early_epoch;
   h.best_epoch_train_loss = st.best_epoch_train_loss;
   h.epochs_without_improvement = st.epochs_without_improvement;
+  h.target_met = st.target_met;
+  h.target_epoch = st.target_epoch;
+  h.target_step = st.target_step;
+  h.target_seconds = st.target_seconds;
+  h.first_step_wall = st.first_step_wall;
   const bool mid_epoch = step_in_epoch != 0;
   h.epoch_loss_sum = mid_epoch ? st.sums.loss_sum : 0.0;
   h.epoch_correct = mid_epoch ? st.sums.correct : 0;
@@ -88,6 +93,8 @@ Checkpoint make_checkpoint(const Config& cfg, const RunIdentity& who, const Trai
   c.master = download_all(parts.be, parts.model.master());
   c.state = download_all(parts.be, parts.model.state());
   c.opt = parts.opt.download_states();
+  c.avg_master = st.avg_master;
+  c.avg_state = st.avg_state;
   return c;
 }
 
@@ -143,6 +150,13 @@ TrainState restore_checkpoint(const Checkpoint& file, const std::string& path, c
   st.stopped_early_epoch = h.stopped_early_epoch;
   st.best_epoch_train_loss = h.best_epoch_train_loss;
   st.epochs_without_improvement = h.epochs_without_improvement;
+  st.target_met = h.target_met;
+  st.target_epoch = h.target_epoch;
+  st.target_step = h.target_step;
+  st.target_seconds = h.target_seconds;
+  st.first_step_wall = h.first_step_wall;
+  st.avg_master = ck.avg_master;
+  st.avg_state = ck.avg_state;
   st.sums.loss_sum = h.epoch_loss_sum;
   st.sums.correct = h.epoch_correct;
   st.sums.count = h.epoch_count;

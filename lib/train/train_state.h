@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "io/checkpoint.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -46,6 +46,14 @@ struct TrainState {
   /// train.divergence_patience: the best epoch train loss so far and the epochs since.
   double best_epoch_train_loss = 0;
   int64_t epochs_without_improvement = 0;
+  /// train.target_accuracy: whether an evaluation has reached it, when (epoch, global step,
+  /// wall seconds from the first step), and the run's wall clock when its first step began.
+  bool target_met = false;
+  int64_t target_epoch = 0, target_step = 0;
+  double target_seconds = 0, first_step_wall = -1;
+  /// train.lookahead: the averaged weights (master and state arenas), on the host; empty
+  /// when lookahead is off.
+  std::vector<float> avg_master, avg_state;
 };
 
 /// What is trained: the parts a checkpoint holds beyond TrainState.

@@ -15,8 +15,8 @@
 #include "config/config_diff.h"
 #include "core/error.h"
 #include "core/format.h"
+#include "io/run_dir.h"
 #include "train/metrics.h"
-#include "train/run_dir.h"
 #include "train/train_run.h"
 
 namespace fs = std::filesystem;
@@ -170,6 +170,7 @@ void TrainRun::prepare() {
                                   c.data.batch_size, session_->train_data().size()));
   build_engine();
   restore_or_broadcast();
+  start_lookahead();
   log_plan();
   if (append_ && rank0_) {
     const std::string metrics = (fs::path(run_dir_) / "metrics.jsonl").string();
@@ -191,7 +192,7 @@ void TrainRun::build_engine() {
     if (resume_) {
       m.init_params(c.seed);  // --resume restores its own weights
     } else {
-      const std::string from = session_->init_weights(m);  // weights.init_from (train/weights.h)
+      const std::string from = session_->init_weights(m);  // weights.init_from (weights/weights.h)
       if (!c.weights.init_from.empty()) spdlog::info("weights: {}", from);
     }
   });
@@ -303,7 +304,7 @@ EvalResult TrainRun::evaluate(bool validation) {
     m = eval_model_.get();
   }
   return evaluate_model(be(), *m, engine_->buffers(), validation ? session_->validation_data() : session_->test_data(),
-                        &comm_);
+                        &comm_, nullptr, cfg().train.tta);
 }
 
 void TrainRun::absorb(const StepOutcome& o) {

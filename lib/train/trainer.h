@@ -2,8 +2,8 @@
 // `mpx train`: the epoch loop and its failure handling, over the parts of the
 // train module (docs/design.md "Train module layout"): Session (set-up),
 // Engine and its Stepper (the step), TrainState (checkpoints), RunLog (logs and
-// metrics), evaluation and bench. This header is the module's front door for
-// app/ and the tests.
+// metrics) and evaluation. This header is the module's front door for app/ and
+// the tests; the commands built on it (bench, inspect, eval of a file) are in lib/commands.
 #pragma once
 
 #include <atomic>
@@ -15,10 +15,10 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "nn/model.h"
-#include "train/bench.h"
 #include "train/device.h"
 #include "train/evaluate.h"
 #include "train/stepper.h"
+#include "train/train_result.h"
 
 namespace mpx {
 
@@ -32,33 +32,6 @@ struct TrainOptions {
   /// cannot change the result (resume_neutral_key) and those in allow_changes ("" = no check).
   std::string resume_config;
   std::vector<std::string> allow_changes;  // --allow-changes: keys (or sections) that may differ
-};
-
-/// @brief The record of a run (summary.json has exactly these fields).
-struct TrainResult {
-  std::string status = "failed";  // completed | diverged | interrupted | failed
-  int exit_code = 1;
-  std::string message;            // error message when not completed
-  int64_t epochs = 0, steps = 0;
-  double final_test_accuracy = 0, best_test_accuracy = 0, final_test_loss = 0;
-  double final_train_loss = 0, final_train_accuracy = 0;
-  double images_per_sec = 0, wall_seconds = 0;
-  int64_t skipped_steps = 0;
-  double final_loss_scale = 1;
-  std::string last_skip_reason;   // "", "nonfinite_forward", "nonfinite_loss", "backward_overflow"
-  size_t peak_memory_bytes = 0;
-  std::string policy, device, eval_policy;
-  MemoryReport memory;
-  size_t optimizer_state_bytes = 0;
-  std::string run_dir;
-  /// The last test evaluation's confusion matrix (EvalResult); empty when none ran.
-  int num_classes = 0;
-  std::vector<int64_t> confusion;
-  /// data.validation_split: the records held out (0 = none) and the validation figures;
-  /// train.early_stopping: the epoch it stopped the run after (0 = it did not).
-  int64_t validation_records = 0;
-  double final_validation_loss = 0, final_validation_accuracy = 0, best_validation_accuracy = 0;
-  int64_t stopped_early_epoch = 0;
 };
 
 /**

@@ -16,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 namespace fs = std::filesystem;
 

@@ -29,6 +29,7 @@ inline double act_fn(Activation a, double v) {
     case mpx::ActKind::Gelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
     case mpx::ActKind::GeluTanh: return 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
     case mpx::ActKind::Silu: return v / (1.0 + std::exp(-v));  // v * sigmoid(v)
+    case mpx::ActKind::Scale: return static_cast<double>(a.alpha) * v;
   }
   return v;
 }
@@ -50,6 +51,7 @@ inline double act_grad(Activation a, double v) {
       const double s = 1.0 / (1.0 + std::exp(-v));
       return s * (1.0 + v * (1.0 - s));
     }
+    case mpx::ActKind::Scale: return static_cast<double>(a.alpha);
   }
   return 1.0;
 }
@@ -118,6 +120,71 @@ inline Vec conv2d_backward_filter(const Conv2dParams& p, const ConvDims& d, cons
               for (int64_t c = 0; c < d.C; ++c)
                 dw[static_cast<size_t>(((k * d.R + r) * d.S + s) * d.C + c)] +=
                     g * x[static_cast<size_t>(((n * d.H + ih) * d.W + iw) * d.C + c)];
+            }
+        }
+  return dw;
+}
+
+// ---- depthwise convolution: x [N,H,W,C], w [C*M,R,S,1], y [N,P,Q,C*M] ------------------
+// Output channel k = c*M + m filters input channel c = k / M (d.K = C*M).
+
+inline Vec depthwise_conv2d_forward(const Conv2dParams& p, const ConvDims& d, const Vec& x, const Vec& w,
+                                    const Vec* b, Activation act) {
+  const int64_t M = d.K / d.C;
+  Vec y(static_cast<size_t>(d.N * d.P * d.Q * d.K));
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t oh = 0; oh < d.P; ++oh)
+      for (int64_t ow = 0; ow < d.Q; ++ow)
+        for (int64_t k = 0; k < d.K; ++k) {
+          double acc = b ? (*b)[static_cast<size_t>(k)] : 0.0;
+          for (int64_t r = 0; r < d.R; ++r)
+            for (int64_t s = 0; s < d.S; ++s) {
+              const int64_t ih = oh * p.stride_h - p.pad_top + r, iw = ow * p.stride_w - p.pad_left + s;
+              if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
+              acc += x[static_cast<size_t>(((n * d.H + ih) * d.W + iw) * d.C + k / M)] *
+                     w[static_cast<size_t>((k * d.R + r) * d.S + s)];
+            }
+          y[static_cast<size_t>(((n * d.P + oh) * d.Q + ow) * d.K + k)] = act_fn(act, acc);
+        }
+  return y;
+}
+
+inline Vec depthwise_conv2d_backward_data(const Conv2dParams& p, const ConvDims& d, const Vec& dy, const Vec& w) {
+  const int64_t M = d.K / d.C;
+  Vec dx(static_cast<size_t>(d.N * d.H * d.W * d.C), 0.0);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t oh = 0; oh < d.P; ++oh)
+      for (int64_t ow = 0; ow < d.Q; ++ow)
+        for (int64_t k = 0; k < d.K; ++k)
+          for (int64_t r = 0; r < d.R; ++r)
+            for (int64_t s = 0; s < d.S; ++s) {
+              const int64_t ih = oh * p.stride_h - p.pad_top + r, iw = ow * p.stride_w - p.pad_left + s;
+              if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
+              dx[static_cast<size_t>(((n * d.H + ih) * d.W + iw) * d.C + k / M)] +=
+                  dy[static_cast<size_t>(((n * d.P + oh) * d.Q + ow) * d.K + k)] *
+                  w[static_cast<size_t>((k * d.R + r) * d.S + s)];
+            }
+  return dx;
+}
+
+/// Returns dw [C*M,R,S,1]; db [C*M] into *db when given.
+inline Vec depthwise_conv2d_backward_filter(const Conv2dParams& p, const ConvDims& d, const Vec& x, const Vec& dy,
+                                            Vec* db) {
+  const int64_t M = d.K / d.C;
+  Vec dw(static_cast<size_t>(d.K * d.R * d.S), 0.0);
+  if (db) db->assign(static_cast<size_t>(d.K), 0.0);
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t oh = 0; oh < d.P; ++oh)
+      for (int64_t ow = 0; ow < d.Q; ++ow)
+        for (int64_t k = 0; k < d.K; ++k) {
+          const double g = dy[static_cast<size_t>(((n * d.P + oh) * d.Q + ow) * d.K + k)];
+          if (db) (*db)[static_cast<size_t>(k)] += g;
+          for (int64_t r = 0; r < d.R; ++r)
+            for (int64_t s = 0; s < d.S; ++s) {
+              const int64_t ih = oh * p.stride_h - p.pad_top + r, iw = ow * p.stride_w - p.pad_left + s;
+              if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W) continue;
+              dw[static_cast<size_t>((k * d.R + r) * d.S + s)] +=
+                  g * x[static_cast<size_t>(((n * d.H + ih) * d.W + iw) * d.C + k / M)];
             }
         }
   return dw;

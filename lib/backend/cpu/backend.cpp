@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // CpuBackend: the Backend of host memory. Each *_impl forwards to the op group
-// in its own file (memory.cpp, conv.cpp, ...); this file only wires them and
-// owns the Context (scratch, oneDNN engine/stream, plan cache).
+// in its own file (memory.cpp, conv.cpp, ...); the op table's are generated from
+// backend/op_table.inc. This file only wires them and owns the Context (scratch,
+// oneDNN engine/stream, plan cache).
 #include <omp.h>
 #include <unistd.h>
 
@@ -169,63 +170,14 @@ class CpuBackend final : public Backend {
   void free_impl(void* p) override { std::free(p); }
   void upload_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download_impl(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void fill_impl(const Tensor& dst, float value) override {
-    MPX_OP_TIMER("fill");
-    cpu::fill(dst, value);
+  // The op table's ops (backend/op_table.inc): each forwards to cpu::NAME in its family's file.
+#define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...)  \
+  void NAME##_impl PARAMS override {             \
+    MPX_OP_TIMER(#NAME);                         \
+    cpu::NAME(ctx_, MPX_OP_ARGS ARGS);           \
   }
-  void copy_impl(const Tensor& dst, const Tensor& src) override {
-    MPX_OP_TIMER("copy");
-    cpu::copy(dst, src);
-  }
-  void cast_impl(const Tensor& src, const Tensor& dst) override {
-    MPX_OP_TIMER("cast");
-    cpu::cast(src, dst);
-  }
-  void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override {
-    MPX_OP_TIMER("normalize_input");
-    cpu::normalize_input(ctx_, x, mean, std, y);
-  }
-  void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                           const Tensor& y, Activation act, const Tensor& pre) override {
-    MPX_OP_TIMER("conv2d_forward");
-    cpu::conv2d_forward(ctx_, p, x, w, bias, y, act, pre);
-  }
-  void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                                 const Tensor& dx) override {
-    MPX_OP_TIMER("conv2d_backward_data");
-    cpu::conv2d_backward_data(ctx_, p, dy, w, dx);
-  }
-  void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                   const Tensor& db) override {
-    MPX_OP_TIMER("conv2d_backward_filter");
-    cpu::conv2d_backward_filter(ctx_, p, x, dy, dw, db);
-  }
-  void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                          Activation act, const Tensor& pre) override {
-    MPX_OP_TIMER("dense_forward");
-    cpu::dense_forward(ctx_, x, w, bias, y, act, pre);
-  }
-  void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override {
-    MPX_OP_TIMER("dense_backward_data");
-    cpu::dense_backward_data(ctx_, dy, w, dx);
-  }
-  void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override {
-    MPX_OP_TIMER("dense_backward_weights");
-    cpu::dense_backward_weights(ctx_, x, dy, dw, db);
-  }
-  void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override {
-    MPX_OP_TIMER("activation_forward");
-    cpu::activation_forward(act, x, y);
-  }
-  void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
-                                const Tensor& dx) override {
-    MPX_OP_TIMER("activation_backward");
-    cpu::activation_backward(act, saved, dy, dx);
-  }
-  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override {
-    MPX_OP_TIMER("add");
-    cpu::add(a, b, y);
-  }
+#include "backend/op_table.inc"
+
   void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override {
     MPX_OP_TIMER("pool_forward");
     cpu::pool_forward(ctx_, p, x, y);
@@ -253,57 +205,9 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER(relu ? "max_pool_relu_backward" : "pool_backward");
     cpu::max_pool_backward_argmax(p, y, argmax, dy, dx, relu);
   }
-  void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override {
-    MPX_OP_TIMER("global_avg_pool_forward");
-    cpu::global_avg_pool_forward(ctx_, x, y);
-  }
-  void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) override {
-    MPX_OP_TIMER("global_avg_pool_backward");
-    cpu::global_avg_pool_backward(ctx_, dy, dx);
-  }
-  void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
-                                        float epsilon, const Tensor& running_mean, const Tensor& running_var,
-                                        const Tensor& saved_mean, const Tensor& saved_invstd,
-                                        const Tensor& y) override {
-    MPX_OP_TIMER("batch_norm_forward_training");
-    cpu::batch_norm_forward_training(ctx_, x, gamma, beta, momentum, epsilon, running_mean, running_var,
-                                     saved_mean, saved_invstd, y);
-  }
-  void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var, float epsilon,
-                                         const Tensor& y) override {
-    MPX_OP_TIMER("batch_norm_forward_inference");
-    cpu::batch_norm_forward_inference(ctx_, x, gamma, beta, running_mean, running_var, epsilon, y);
-  }
-  void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
-                                const Tensor& dbeta) override {
-    MPX_OP_TIMER("batch_norm_backward");
-    cpu::batch_norm_backward(ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
-  }
-  void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
-                                  float label_smoothing) override {
-    MPX_OP_TIMER("softmax_cross_entropy");
-    cpu::softmax_cross_entropy(logits, labels, grad_scale, loss_sum_out, correct_out, dlogits, label_smoothing);
-  }
-  void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
-                            const Tensor& y) override {
-    MPX_OP_TIMER("dropout_forward");
-    cpu::dropout_forward(x, rate, seed, offset, mask, y);
-  }
-  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override {
-    MPX_OP_TIMER("dropout_backward");
-    cpu::dropout_backward(dy, mask, rate, dx);
-  }
   bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override {
     MPX_OP_TIMER("unscale_and_check");
     return cpu::unscale_and_check(grads, inv_scale);
-  }
-  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                           const std::vector<Tensor>& states, const Tensor& compute_copy) override {
-    MPX_OP_TIMER("optimizer_step");
-    cpu::optimizer_step(s, master, grads, states, compute_copy);
   }
   TensorStats stats_impl(const Tensor& x) override {
     MPX_OP_TIMER("stats");
@@ -316,8 +220,8 @@ class CpuBackend final : public Backend {
                                          double weight, const Tensor& loss_sum_out, const Tensor& correct_out,
                                          const Tensor& dlogits, float label_smoothing) override {
     MPX_OP_TIMER("softmax_cross_entropy");
-    cpu::softmax_cross_entropy(logits, labels, step_grad_scale(*state.as<const StepState>(), weight), loss_sum_out,
-                               correct_out, dlogits, label_smoothing);
+    cpu::softmax_cross_entropy(ctx_, logits, labels, step_grad_scale(*state.as<const StepState>(), weight),
+                               loss_sum_out, correct_out, dlogits, label_smoothing);
   }
   void unscale_and_check_state_impl(const Tensor& grads, const Tensor& loss_sum, const Tensor& state,
                                     int world) override {
@@ -334,9 +238,9 @@ class CpuBackend final : public Backend {
     const StepState& st = *state.as<const StepState>();
     if (!st.finite) return;
     OptimizerStep u = s;
-    u.lr = *lr_dev.as<const float>();
+    u.lr = *lr_dev.as<const float>() * s.lr_scale;
     u.t = st.applied_total + 1;
-    cpu::optimizer_step(u, master, grads, states, compute_copy);
+    cpu::optimizer_step(ctx_, u, master, grads, states, compute_copy);
   }
   void loss_scale_update_state_impl(const Tensor& state, const LossScaleRule& rule, const Tensor& loss_sum,
                                     const Tensor& correct, int64_t n) override {

@@ -88,7 +88,7 @@ void fill_as(const Tensor& t, T v) {
 }
 }  // namespace
 
-void fill(const Tensor& dst, float value) {
+void fill(Context& /*ctx*/, const Tensor& dst, float value) {
   switch (dst.dtype) {
     case DType::F32: fill_as<float>(dst, value); break;
     case DType::F16: fill_as<uint16_t>(dst, f32_to_f16(value)); break;
@@ -98,7 +98,7 @@ void fill(const Tensor& dst, float value) {
   }
 }
 
-void copy(const Tensor& dst, const Tensor& src) {
+void copy(Context& /*ctx*/, const Tensor& dst, const Tensor& src) {
   const size_t bytes = dst.bytes();
   constexpr size_t kChunk = 1 << 20;
   const int64_t nc = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);

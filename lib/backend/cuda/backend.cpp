@@ -146,64 +146,15 @@ void CudaBackend::download_impl(void* dst, const void* src, size_t bytes) {
   MPX_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream()));
 }
 
-void CudaBackend::fill_impl(const Tensor& dst, float value) {
-  cuda::fill(*ctx_, dst, value);
-  after_op("fill");
-}
-void CudaBackend::copy_impl(const Tensor& dst, const Tensor& src) {
-  cuda::copy(*ctx_, dst, src);
-  after_op("copy");
-}
-void CudaBackend::cast_impl(const Tensor& src, const Tensor& dst) {
-  cuda::cast(*ctx_, src, dst);
-  after_op("cast");
-}
-void CudaBackend::normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) {
-  cuda::normalize_input(*ctx_, x, mean, std, y);
-  after_op("normalize_input");
-}
-void CudaBackend::conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                                      const Tensor& y, Activation act, const Tensor& pre) {
-  cuda::conv2d_forward(*ctx_, p, x, w, bias, y, act, pre);
-  after_op("conv2d_forward");
-}
-void CudaBackend::conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                                            const Tensor& dx) {
-  cuda::conv2d_backward_data(*ctx_, p, dy, w, dx);
-  after_op("conv2d_backward_data");
-}
-void CudaBackend::conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                              const Tensor& dw, const Tensor& db) {
-  cuda::conv2d_backward_filter(*ctx_, p, x, dy, dw, db);
-  after_op("conv2d_backward_filter");
-}
-void CudaBackend::dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                                     Activation act, const Tensor& pre) {
-  cuda::dense_forward(*ctx_, x, w, bias, y, act, pre);
-  after_op("dense_forward");
-}
-void CudaBackend::dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  cuda::dense_backward_data(*ctx_, dy, w, dx);
-  after_op("dense_backward_data");
-}
-void CudaBackend::dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                              const Tensor& db) {
-  cuda::dense_backward_weights(*ctx_, x, dy, dw, db);
-  after_op("dense_backward_weights");
-}
-void CudaBackend::activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) {
-  cuda::activation_forward(*ctx_, act, x, y);
-  after_op("activation_forward");
-}
-void CudaBackend::activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
-                                           const Tensor& dx) {
-  cuda::activation_backward(*ctx_, act, saved, dy, dx);
-  after_op("activation_backward");
-}
-void CudaBackend::add_impl(const Tensor& a, const Tensor& b, const Tensor& y) {
-  cuda::add(*ctx_, a, b, y);
-  after_op("add");
-}
+// ---- the op table's ops (backend/op_table.inc): each forwards to cuda::NAME ----------
+
+#define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...)    \
+  void CudaBackend::NAME##_impl PARAMS {           \
+    cuda::NAME(*ctx_, MPX_OP_ARGS ARGS);           \
+    after_op(#NAME);                               \
+  }
+#include "backend/op_table.inc"
+
 void CudaBackend::pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) {
   cuda::pool_forward(*ctx_, p, x, y);
   after_op("pool_forward");
@@ -213,57 +164,9 @@ void CudaBackend::pool_backward_impl(const PoolParams& p, const Tensor& x, const
   cuda::pool_backward(*ctx_, p, x, y, dy, dx);
   after_op("pool_backward");
 }
-void CudaBackend::global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) {
-  cuda::global_avg_pool_forward(*ctx_, x, y);
-  after_op("global_avg_pool_forward");
-}
-void CudaBackend::global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) {
-  cuda::global_avg_pool_backward(*ctx_, dy, dx);
-  after_op("global_avg_pool_backward");
-}
-void CudaBackend::batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                                   float momentum, float epsilon, const Tensor& running_mean,
-                                                   const Tensor& running_var, const Tensor& saved_mean,
-                                                   const Tensor& saved_invstd, const Tensor& y) {
-  cuda::batch_norm_forward_training(*ctx_, x, gamma, beta, momentum, epsilon, running_mean, running_var, saved_mean,
-                                    saved_invstd, y);
-  after_op("batch_norm_forward_training");
-}
-void CudaBackend::batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                                    const Tensor& running_mean, const Tensor& running_var,
-                                                    float epsilon, const Tensor& y) {
-  cuda::batch_norm_forward_inference(*ctx_, x, gamma, beta, running_mean, running_var, epsilon, y);
-  after_op("batch_norm_forward_inference");
-}
-void CudaBackend::batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma,
-                                           const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
-                                           const Tensor& dgamma, const Tensor& dbeta) {
-  cuda::batch_norm_backward(*ctx_, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
-  after_op("batch_norm_backward");
-}
-void CudaBackend::softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                             const Tensor& loss_sum_out, const Tensor& correct_out,
-                                             const Tensor& dlogits, float label_smoothing) {
-  cuda::softmax_cross_entropy(*ctx_, logits, labels, grad_scale, loss_sum_out, correct_out, dlogits, label_smoothing);
-  after_op("softmax_cross_entropy");
-}
-void CudaBackend::dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset,
-                                       const Tensor& mask, const Tensor& y) {
-  cuda::dropout_forward(*ctx_, x, rate, seed, offset, mask, y);
-  after_op("dropout_forward");
-}
-void CudaBackend::dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) {
-  cuda::dropout_backward(*ctx_, dy, mask, rate, dx);
-  after_op("dropout_backward");
-}
 bool CudaBackend::unscale_and_check_impl(const Tensor& grads, float inv_scale) {
   not_in_capture("unscale_and_check (use unscale_and_check_state)");
   return cuda::unscale_and_check(*ctx_, grads, inv_scale);  // synchronous (one 4-byte read back)
-}
-void CudaBackend::optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                                      const std::vector<Tensor>& states, const Tensor& compute_copy) {
-  cuda::optimizer_step(*ctx_, s, master, grads, states, compute_copy);
-  after_op("optimizer_step");
 }
 TensorStats CudaBackend::stats_impl(const Tensor& x) {
   not_in_capture("stats");

@@ -41,48 +41,13 @@ class CudaBackend final : public Backend {
   void free_impl(void* p) override;
   void upload_impl(void* dst, const void* src, size_t bytes) override;
   void download_impl(void* dst, const void* src, size_t bytes) override;
-  void fill_impl(const Tensor& dst, float value) override;
-  void copy_impl(const Tensor& dst, const Tensor& src) override;
-  void cast_impl(const Tensor& src, const Tensor& dst) override;
-  void normalize_input_impl(const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) override;
-  void conv2d_forward_impl(const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                           const Tensor& y, Activation act, const Tensor& pre) override;
-  void conv2d_backward_data_impl(const Conv2dParams& p, const Tensor& dy, const Tensor& w,
-                                 const Tensor& dx) override;
-  void conv2d_backward_filter_impl(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                   const Tensor& db) override;
-  void dense_forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                          Activation act, const Tensor& pre) override;
-  void dense_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& dx) override;
-  void dense_backward_weights_impl(const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) override;
-  void activation_forward_impl(Activation act, const Tensor& x, const Tensor& y) override;
-  void activation_backward_impl(Activation act, const Tensor& saved, const Tensor& dy,
-                                const Tensor& dx) override;
-  void add_impl(const Tensor& a, const Tensor& b, const Tensor& y) override;
+  // The op table's ops (backend/op_table.inc), defined in backend.cpp.
+#define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...) void NAME##_impl PARAMS override;
+#include "backend/op_table.inc"
   void pool_forward_impl(const PoolParams& p, const Tensor& x, const Tensor& y) override;
   void pool_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                           const Tensor& dx) override;
-  void global_avg_pool_forward_impl(const Tensor& x, const Tensor& y) override;
-  void global_avg_pool_backward_impl(const Tensor& dy, const Tensor& dx) override;
-  void batch_norm_forward_training_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta, float momentum,
-                                        float epsilon, const Tensor& running_mean, const Tensor& running_var,
-                                        const Tensor& saved_mean, const Tensor& saved_invstd,
-                                        const Tensor& y) override;
-  void batch_norm_forward_inference_impl(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         const Tensor& running_mean, const Tensor& running_var, float epsilon,
-                                         const Tensor& y) override;
-  void batch_norm_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
-                                const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma,
-                                const Tensor& dbeta) override;
-  void softmax_cross_entropy_impl(const Tensor& logits, const Tensor& labels, float grad_scale,
-                                  const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits,
-                                  float label_smoothing) override;
-  void dropout_forward_impl(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
-                            const Tensor& y) override;
-  void dropout_backward_impl(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) override;
   bool unscale_and_check_impl(const Tensor& grads, float inv_scale) override;
-  void optimizer_step_impl(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
-                           const std::vector<Tensor>& states, const Tensor& compute_copy) override;
   TensorStats stats_impl(const Tensor& x) override;
   void softmax_cross_entropy_scaled_impl(const Tensor& logits, const Tensor& labels, const Tensor& state,
                                          double weight, const Tensor& loss_sum_out, const Tensor& correct_out,

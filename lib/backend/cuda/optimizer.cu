@@ -48,6 +48,7 @@ __global__ void step_verdict_kernel(StepState* st, const float* __restrict__ los
 struct DeviceStep {
   const StepState* st = nullptr;
   const float* lr = nullptr;
+  float lr_scale = 1.0f;  // OptimizerStep::lr_scale
 };
 
 // Per block, when d.st is set: thread 0 reads the verdict and lr (and derives Adam's lr_t for
@@ -61,7 +62,7 @@ __device__ __forceinline__ bool device_step(const DeviceStep& d, bool adam, floa
   if (threadIdx.x == 0) {
     sh_go = d.st->finite != 0;
     if (sh_go) {
-      sh_lr = *d.lr;
+      sh_lr = __fmul_rn(*d.lr, d.lr_scale);
       sh_lr_t = adam ? adam_lr_t(sh_lr, b1, b2, d.st->applied_total + 1) : 0.0f;
     }
   }
@@ -278,6 +279,7 @@ void optimizer_step_state(Context& ctx, const OptimizerStep& s, const Tensor& ma
   DeviceStep dev;
   dev.st = state.as<const StepState>();
   dev.lr = lr_dev.as<const float>();
+  dev.lr_scale = s.lr_scale;
   launch_optimizer(ctx, s, master, grads, states, compute_copy, dev);
 }
 

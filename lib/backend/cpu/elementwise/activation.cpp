@@ -86,9 +86,9 @@ void elt_run(EltPlan& p, const void* in0, const void* in1, void* out) {
 // type: for_blocks' OpenMP region outlines that function, and an Activation captured by
 // reference from outside would be read through a pointer, so its switch would not fold and
 // the loop would not vectorize (measured: relu forward 5x slower).
-void activation_forward(Activation act, const Tensor& x, const Tensor& y) {
+void activation_forward(Context& ctx, Activation act, const Tensor& x, const Tensor& y) {
   if (act.is_none()) {
-    if (x.data != y.data) copy(y, x);
+    if (x.data != y.data) copy(ctx, y, x);
     return;
   }
   const float alpha = act.alpha;
@@ -104,9 +104,9 @@ void activation_forward(Activation act, const Tensor& x, const Tensor& y) {
   });
 }
 
-void activation_backward(Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx) {
+void activation_backward(Context& ctx, Activation act, const Tensor& saved, const Tensor& dy, const Tensor& dx) {
   if (act.is_none()) {
-    if (dx.data != dy.data) copy(dx, dy);
+    if (dx.data != dy.data) copy(ctx, dx, dy);
     return;
   }
   const float alpha = act.alpha;
@@ -141,7 +141,7 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
   });
 }
 
-void add(const Tensor& a, const Tensor& b, const Tensor& y) {
+void add(Context& /*ctx*/, const Tensor& a, const Tensor& b, const Tensor& y) {
   const int64_t total = a.numel();
   if (a.dtype == DType::F32 && !reference_loops() && total > 0) {
     // oneDNN allows dst == src0 in place, not dst == src1: when y is b, add b + a

@@ -7,9 +7,9 @@
 
 namespace mpx::cpu {
 
-void cast(const Tensor& src, const Tensor& dst) {
+void cast(Context& ctx, const Tensor& src, const Tensor& dst) {
   if (src.dtype == dst.dtype) {
-    copy(dst, src);
+    copy(ctx, dst, src);
     return;
   }
   parallel_convert(src.data, src.dtype, dst.data, dst.dtype, src.numel());

@@ -6,7 +6,7 @@
 
 namespace mpx::cpu {
 
-void dropout_forward(const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
+void dropout_forward(Context& /*ctx*/, const Tensor& x, float rate, uint64_t seed, uint64_t offset, const Tensor& mask,
                      const Tensor& y) {
   const float scale = 1.0f / (1.0f - rate);
   uint8_t* mk = mask.as<uint8_t>();
@@ -23,7 +23,7 @@ void dropout_forward(const Tensor& x, float rate, uint64_t seed, uint64_t offset
   });
 }
 
-void dropout_backward(const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) {
+void dropout_backward(Context& /*ctx*/, const Tensor& dy, const Tensor& mask, float rate, const Tensor& dx) {
   const float scale = 1.0f / (1.0f - rate);
   const uint8_t* mk = mask.as<const uint8_t>();
   for_blocks(dy.numel(), [&](int64_t off, int64_t n) {

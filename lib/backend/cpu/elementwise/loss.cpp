@@ -10,8 +10,8 @@
 
 namespace mpx::cpu {
 
-void softmax_cross_entropy(const Tensor& logits, const Tensor& labels, float grad_scale, const Tensor& loss_sum_out,
-                           const Tensor& correct_out, const Tensor& dlogits, float label_smoothing) {
+void softmax_cross_entropy(Context& /*ctx*/, const Tensor& logits, const Tensor& labels, float grad_scale,
+                           const Tensor& loss_sum_out, const Tensor& correct_out, const Tensor& dlogits, float label_smoothing) {
   const float e = label_smoothing, keep = 1.0f - e, spread = e / static_cast<float>(logits.shape[1]);
   const int64_t N = logits.shape[0], K = logits.shape[1];
   const float* z = logits.as<const float>();

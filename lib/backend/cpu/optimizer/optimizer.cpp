@@ -23,7 +23,7 @@ bool unscale_and_check(const Tensor& grads, float inv_scale) {
   return bad == 0;
 }
 
-void optimizer_step(const OptimizerStep& s, const Tensor& master, const Tensor& grads,
+void optimizer_step(Context& /*ctx*/, const OptimizerStep& s, const Tensor& master, const Tensor& grads,
                     const std::vector<Tensor>& states, const Tensor& compute_copy) {
   float* w = master.as<float>();
   const float* g = grads.as<const float>();

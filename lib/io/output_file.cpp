@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Output files (output_file.h): atomic replacement, special files, temporary files.
-#include "train/output_file.h"
+#include "io/output_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/event_file.h"
+#include "io/event_file.h"
 
 namespace mpx {
 

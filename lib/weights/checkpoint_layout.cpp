@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Moving checkpoint arenas between parameter alignments (checkpoint_layout.h).
-#include "train/checkpoint_layout.h"
+#include "weights/checkpoint_layout.h"
 
 #include <fmt/format.h>
 

@@ -15,7 +15,8 @@
 //   offset 20+H   sections, contiguous, in header order, each `count` float32:
 //                 master, state, then opt1..optN: the optimizer's N state arenas
 //                 (empty ones have count 0; as many as core/optimizer_kind.h lists:
-//                 SGD writes 1, Adam 2, AMSGrad 3)
+//                 SGD writes 1, Adam 2, AMSGrad 3), then, with train.lookahead only,
+//                 avg_master and avg_state
 //   file size = 20 + H + 4 * sum(count); each section's CRC32 is in the header.
 #pragma once
 
@@ -23,8 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "train/loss_scaler.h"
-#include "train/schedule.h"
+#include "io/checkpoint_state.h"
 
 namespace mpx {
 
@@ -57,6 +57,10 @@ struct CheckpointHeader {
   bool es_has_best = false, early_stopped = false;
   double best_epoch_train_loss = 0;  // train.divergence_patience (absent in older files: 0)
   int64_t epochs_without_improvement = 0;
+  // TrainState's train.target_accuracy fields (absent in older files: not met, no first step).
+  bool target_met = false;
+  int64_t target_epoch = 0, target_step = 0;
+  double target_seconds = 0, first_step_wall = -1;
   /// The model's parameters as "layer/name [shape]", in arena order (absent in older files:
   /// empty). --resume compares it with the model of the config (train_state.h).
   std::vector<std::string> params;
@@ -69,6 +73,9 @@ struct Checkpoint {
   /// The optimizer's state arenas in core/optimizer_kind.h's order (Adam: m, v; AMSGrad: m, v, v_hat;
   /// SGD: momentum, empty without).
   std::vector<std::vector<float>> opt;
+  /// train.lookahead's averaged weights (master and state lengths), after the optimizer's
+  /// sections as "avg_master" and "avg_state"; both empty without lookahead.
+  std::vector<float> avg_master, avg_state;
 };
 
 /// Writes `c` to `path` atomically (temp file, fsync, rename, fsync folder). Throws Error.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // TensorBoard event files (event_file.h): a protobuf encoder of the few Event
 // and Summary fields mpx writes, and the TFRecord framing (docs/report.md).
-#include "train/event_file.h"
+#include "io/event_file.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // safetensors reader (validating every header field against the file before a
 // byte of data is touched) and writer (format in safetensors.h). Tensor data is
 // copied as raw bytes: mpx runs on little-endian hosts only (x86-64, aarch64).
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 namespace mpx {
 

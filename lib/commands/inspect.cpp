@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `mpx inspect`: one instrumented forward/backward pass, a table and a
 // safetensors dump (inspect.h).
-#include "train/inspect.h"
+#include "commands/inspect.h"
 
 #include <fmt/format.h>
 #include <mpx/config.hpp>
@@ -13,11 +13,11 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
 #include "train/session.h"
-#include "train/weights.h"
+#include "weights/weights.h"
 
 namespace mpx {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `mpx bench` (bench.h).
-#include "train/bench.h"
+#include "commands/bench.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "train/output_file.h"
+#include "io/output_file.h"
 
 namespace spdlog { namespace sinks { class sink; } }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Checkpoint writer and verifying reader (format in checkpoint.h).
-#include "train/checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -96,6 +96,11 @@ json header_to_json(const CheckpointHeader& h) {
                      {"early_stopped", h.early_stopped},         {"stopped_early_epoch", h.stopped_early_epoch}};
   j["plateau_guard"] = {{"best_epoch_train_loss", finite_or_null(h.best_epoch_train_loss)},
                         {"epochs_without_improvement", h.epochs_without_improvement}};
+  j["target"] = {{"met", h.target_met},
+                 {"epoch", h.target_epoch},
+                 {"step", h.target_step},
+                 {"seconds", h.target_seconds},
+                 {"first_step_wall", h.first_step_wall}};
   j["params"] = h.params;
   return j;
 }
@@ -152,6 +157,15 @@ CheckpointHeader header_from_json(const json& j) {
     h.es_has_best = v.value("es_has_best", false);
     h.early_stopped = v.value("early_stopped", false);
   }
+  if (j.contains("target") && j.at("target").is_object()) {
+    const json& t = j.at("target");
+    const auto num = [&](const char* k, double d) { return t.contains(k) && t.at(k).is_number() ? t.at(k).get<double>() : d; };
+    h.target_met = t.value("met", false);
+    h.target_epoch = static_cast<int64_t>(num("epoch", 0));
+    h.target_step = static_cast<int64_t>(num("step", 0));
+    h.target_seconds = num("seconds", 0);
+    h.first_step_wall = num("first_step_wall", -1);
+  }
   if (j.contains("plateau_guard") && j.at("plateau_guard").is_object()) {
     const json& g = j.at("plateau_guard");
     if (g.contains("best_epoch_train_loss") && g.at("best_epoch_train_loss").is_number())
@@ -176,6 +190,12 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   for (size_t i = 0; i < c.opt.size(); ++i) {
     names.push_back("opt" + std::to_string(i + 1));
     sections.push_back({nullptr, &c.opt[i]});
+  }
+  if (!c.avg_master.empty() || !c.avg_state.empty()) {
+    MPX_CHECK(c.avg_master.size() == c.master.size() && c.avg_state.size() == c.state.size());
+    names.insert(names.end(), {"avg_master", "avg_state"});
+    sections.push_back({nullptr, &c.avg_master});
+    sections.push_back({nullptr, &c.avg_state});
   }
   for (size_t i = 0; i < sections.size(); ++i) sections[i].name = names[i].c_str();
 
@@ -294,12 +314,22 @@ Checkpoint load_checkpoint(const std::string& path) {
   const json& secs = j.at("sections");
   if (!secs.is_array() || secs.size() < 2 || secs.size() > 64)
     throw corrupt(16, "the header does not list the sections (master, state, opt1..optN)");
-  c.opt.resize(secs.size() - 2);
+  // train.lookahead's two sections come last, after the optimizer's.
+  const auto last_name = [&](size_t back) {
+    const json& s = secs[secs.size() - back];
+    return s.is_object() && s.contains("name") && s.at("name").is_string() ? s.at("name").get<std::string>() : "";
+  };
+  const bool avg = secs.size() >= 4 && last_name(2) == "avg_master" && last_name(1) == "avg_state";
+  c.opt.resize(secs.size() - 2 - (avg ? 2 : 0));
   std::vector<std::vector<float>*> dst = {&c.master, &c.state};
   std::vector<std::string> names = {"master", "state"};
   for (size_t i = 0; i < c.opt.size(); ++i) {
     dst.push_back(&c.opt[i]);
     names.push_back("opt" + std::to_string(i + 1));
+  }
+  if (avg) {
+    dst.insert(dst.end(), {&c.avg_master, &c.avg_state});
+    names.insert(names.end(), {"avg_master", "avg_state"});
   }
   // The section table first, all of it checked against the file size; then the data.
   std::vector<uint64_t> counts(dst.size());
@@ -336,7 +366,8 @@ Checkpoint load_checkpoint(const std::string& path) {
     off += nbytes;
   }
   if (static_cast<int64_t>(c.master.size()) != c.header.num_params ||
-      static_cast<int64_t>(c.state.size()) != c.header.num_state)
+      static_cast<int64_t>(c.state.size()) != c.header.num_state ||
+      (avg && (c.avg_master.size() != c.master.size() || c.avg_state.size() != c.state.size())))
     throw corrupt(16, "section sizes disagree with num_params/num_state");
   return c;
 }

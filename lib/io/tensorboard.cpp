@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // metrics.jsonl records as TensorBoard scalars (tensorboard.h, docs/report.md).
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 #include <cmath>
 #include <filesystem>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Parameter <-> safetensors mapping in the Keras and PyTorch layouts (table in
 // weights.h): names, transposes and the flatten column reordering.
-#include "train/weights.h"
+#include "weights/weights.h"
 
 #include <fmt/format.h>
 
@@ -79,6 +79,15 @@ void transpose(const Shape& s, const std::vector<int>& axes, WeightSlot& slot) {
   }
 }
 
+/// The file tensor of a parameter of ExportLayout::Permuted: its elements viewed as a.view,
+/// transposed by a.perm (the layer's declaration, nn/model.h).
+void transpose_view(const ParamInfo& p, const ExportAxes& a, WeightSlot& slot) {
+  MPX_CHECK_MSG(a.view.numel() == p.shape.numel() && static_cast<int>(a.perm.size()) == a.view.rank,
+                fmt::format("{}/{}: its export view {} does not fit its shape {}", p.layer, p.name, a.view.str(),
+                            p.shape.str()));
+  transpose(a.view, a.perm, slot);
+}
+
 /// model column i (h, w, c order) of file column j (c, h, w order) for an [H, W, C] map.
 int64_t nhwc_of_nchw(int64_t j, const Shape& o) {
   const int64_t H = o[0], W = o[1], C = o[2];
@@ -110,10 +119,14 @@ std::vector<WeightSlot> weight_slots(const Model& m, const Config& cfg, const Sh
         transpose(p.shape, {1, 2, 3, 0}, s);  // [K, R, S, C] -> [R, S, C, K]
       else if (p.layout == L::DenseKernel)
         transpose(p.shape, {1, 0}, s);  // [Cout, Cin] -> [Cin, Cout]
+      else if (p.layout == L::Permuted)
+        transpose_view(p, p.keras_axes, s);
     } else {
       s.name = p.layer + "." + p.torch_name;
       if (p.layout == L::ConvKernel) {
         transpose(p.shape, {0, 3, 1, 2}, s);  // [K, R, S, C] -> [K, C, R, S]
+      } else if (p.layout == L::Permuted) {
+        transpose_view(p, p.torch_axes, s);
       } else if (p.layout == L::DenseKernel && org != origins.end()) {  // reorder input columns
         MPX_CHECK(p.shape.rank == 2);
         const int64_t O = p.shape[0], I = p.shape[1];

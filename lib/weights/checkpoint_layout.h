@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "io/checkpoint.h"
 #include "nn/model.h"
-#include "train/checkpoint.h"
 
 namespace mpx {
 

@@ -2,7 +2,9 @@
 // Model weights <-> float32 safetensors files, in the names and tensor layouts
 // of Keras or PyTorch (`mpx export`, `weights.init_from`, `mpx eval --weights`).
 //
-// Each parameter's row is the ExportLayout its layer declares with it (nn/model.h):
+// Each parameter's row is the ExportLayout its layer declares with it (nn/model.h); a
+// layer with a layout of its own declares its transposes (ExportLayout::Permuted; the
+// rows of every layer are in docs/weights.md):
 //
 //   mpx parameter (ParamInfo)       keras                           pytorch
 //   conv kernel [K, R, S, C]        <layer>/kernel [R, S, C, K]      <layer>.weight [K, C, R, S]
@@ -26,8 +28,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "io/safetensors.h"
 #include "nn/model.h"
-#include "train/safetensors.h"
 
 namespace mpx {
 

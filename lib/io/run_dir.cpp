@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Run directory helpers: naming, creation, the rule for an existing folder, the lock, the train.log sink.
-#include "train/run_dir.h"
+#include "io/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
