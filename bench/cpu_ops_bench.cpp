@@ -4,11 +4,23 @@
 // float32 and bfloat16, then the rest of the smoke step (max pool, dense 5408->10,
 // ReLU backward).
 //   cpu_ops_bench [--cpu-time]
+//   cpu_ops_bench [--seed] [--more] [--reps N]
 // --cpu-time reports process CPU time instead of wall time (on a shared, loaded
 // machine run it with OMP_NUM_THREADS=1 to get the compute cost). Compare oneDNN
 // with mpx's loops by running it again under MPX_CPU_REFERENCE=1.
+// --seed times each convolution and dense pass of the seed CIFAR net
+// (configs/cifar10_fp32.yaml) and of the seed MNIST net (Conv2D(32, 3x3, relu) ->
+// Flatten -> Dense(10), batch 256) in float32 and bfloat16, and prints for each the
+// median wall and process CPU time per call and the kernel that ran (the backend's
+// kernels list). Run it under MPX_CPU_16BIT=widen and =native to compare the two 16-bit
+// paths op by op (docs/precision.md, "16-bit arithmetic on the CPU"). --more does the same
+// for more first layers (1-4 input channels) and for strided and 1x1 convolutions.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "bench/bench_util.h"
 
@@ -41,16 +53,138 @@ void bench_conv(bench::CpuDev& d, const char* name, DType t, int64_t N, int64_t 
               dtype_name(t), f, bd, bf, f + bd + bf);
 }
 
+struct WallCpu {
+  double wall, cpu;
+};
+
+/// Median wall and process CPU milliseconds of one call over `reps` calls, after one untimed call.
+template <typename F>
+WallCpu median_wall_cpu(F&& f, int reps) {
+  f();
+  std::vector<double> w, c;
+  for (int i = 0; i < reps; ++i) {
+    const double w0 = bench::now_ms(false), c0 = bench::now_ms(true);
+    f();
+    c.push_back(bench::now_ms(true) - c0);
+    w.push_back(bench::now_ms(false) - w0);
+  }
+  std::sort(w.begin(), w.end());
+  std::sort(c.begin(), c.end());
+  return {w[w.size() / 2], c[c.size() / 2]};
+}
+
+/// The kernel the backend lists for the op whose description starts with `op` and holds
+/// `shape` (the last one noted: each layer has a backend of its own), or "mpx loops".
+std::string kernel_of(bench::CpuDev& d, const std::string& op, const std::string& shape) {
+  std::string impl = "mpx loops";
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.op.rfind(op, 0) == 0 && k.op.find(shape) != std::string::npos) impl = k.impl;
+  return impl;
+}
+
+void report(bench::CpuDev& d, const char* layer, DType t, const char* pass, const std::string& op,
+            const std::string& shape, const WallCpu& m) {
+  std::printf("%-28s %-8s %-12s wall %8.3f ms  cpu %8.3f ms  %s\n", layer, dtype_name(t), pass, m.wall, m.cpu,
+              kernel_of(d, op, shape).c_str());
+}
+
+void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
+               const Conv2dParams& p, bool need_dx, int reps) {
+  bench::CpuDev d;  // a backend of its own: its kernels list holds this layer only
+  Rng rng(5);
+  const int64_t P = p.out_h(static_cast<int>(H)), Q = p.out_w(static_cast<int>(W));
+  Tensor x = d.rand(rng, t, Shape{N, H, W, C}), w = d.rand(rng, t, Shape{K, p.R, p.S, C});
+  Tensor b = d.rand(rng, t, Shape{K}), y = d.make(t, Shape{N, P, Q, K}), dy = d.rand(rng, t, Shape{N, P, Q, K});
+  Tensor dx = d.make(t, Shape{N, H, W, C}), dw = d.make(t, Shape{K, p.R, p.S, C}), db = d.make(t, Shape{K});
+  const std::string shape = "x [" + std::to_string(N) + ", " + std::to_string(H) + ", " + std::to_string(W) + ", " +
+                            std::to_string(C) + "]";
+  report(d, layer, t, "fwd+relu", "convolution forward", shape,
+         median_wall_cpu([&] { d.be->conv2d_forward(p, x, w, b, y, Activation::Relu); }, reps));
+  if (need_dx)
+    report(d, layer, t, "bwd-data", "convolution backward data", shape,
+           median_wall_cpu([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, reps));
+  report(d, layer, t, "bwd-weights", "convolution backward weights", shape,
+         median_wall_cpu([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, reps));
+}
+
+void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, Activation act, int reps) {
+  bench::CpuDev d;
+  Rng rng(7);
+  Tensor x = d.rand(rng, t, Shape{N, Ci}), w = d.rand(rng, t, Shape{Co, Ci}), b = d.rand(rng, t, Shape{Co});
+  Tensor y = d.make(t, Shape{N, Co}), dy = d.rand(rng, t, Shape{N, Co}), dx = d.make(t, Shape{N, Ci});
+  Tensor dw = d.make(t, Shape{Co, Ci}), db = d.make(t, Shape{Co});
+  const std::string shape = "w [" + std::to_string(Co) + ", " + std::to_string(Ci) + "]";
+  report(d, layer, t, act.is_none() ? "fwd" : "fwd+relu", "inner product forward", shape,
+         median_wall_cpu([&] { d.be->dense_forward(x, w, b, y, act); }, reps));
+  report(d, layer, t, "bwd-data", "inner product backward data", shape,
+         median_wall_cpu([&] { d.be->dense_backward_data(dy, w, dx); }, reps));
+  report(d, layer, t, "bwd-weights", "inner product backward weights", shape,
+         median_wall_cpu([&] { d.be->dense_backward_weights(x, dy, dw, db); }, reps));
+}
+
+/// The passes of the seed nets, each at its batch of 256 (the weights' gradients in the
+/// layer's compute dtype, as the model asks for them).
+void seed_nets(int reps) {
+  Conv2dParams valid3;
+  valid3.R = valid3.S = 3;
+  Conv2dParams same3 = valid3;
+  same3.pad_top = same3.pad_left = same3.pad_bottom = same3.pad_right = 1;
+  for (DType t : {DType::F32, DType::BF16}) {
+    seed_conv("cifar conv1 32x32x3->64", t, 256, 32, 32, 3, 64, same3, false, reps);
+    seed_conv("cifar conv2 32x32x64->128", t, 256, 32, 32, 64, 128, same3, true, reps);
+    seed_dense("cifar dense 128->256", t, 256, 128, 256, Activation::Relu, 4 * reps);
+    seed_dense("cifar dense 256->10", t, 256, 256, 10, Activation::None, 4 * reps);
+    seed_conv("mnist conv 28x28x1->32", t, 256, 28, 28, 1, 32, valid3, false, 2 * reps);
+    seed_dense("mnist dense 21632->10", t, 256, 21632, 10, Activation::None, 2 * reps);
+  }
+}
+
+/// More first layers (1-4 input channels) and convolutions no mpx kernel takes (strided,
+/// 1x1), for the 16-bit rule's shapes (docs/precision.md).
+void more_convs(int reps) {
+  Conv2dParams valid3;
+  valid3.R = valid3.S = 3;
+  Conv2dParams same3 = valid3;
+  same3.pad_top = same3.pad_left = same3.pad_bottom = same3.pad_right = 1;
+  Conv2dParams s2 = same3;
+  s2.stride_h = s2.stride_w = 2;
+  Conv2dParams one;
+  one.R = one.S = 1;
+  for (DType t : {DType::F32, DType::BF16}) {
+    seed_conv("smoke conv 28x28x1->32 b128", t, 128, 28, 28, 1, 32, valid3, false, 2 * reps);
+    seed_conv("conv same 28x28x1->32", t, 256, 28, 28, 1, 32, same3, false, 2 * reps);
+    seed_conv("conv same 28x28x1->64", t, 256, 28, 28, 1, 64, same3, false, 2 * reps);
+    seed_conv("conv valid 32x32x3->64", t, 256, 32, 32, 3, 64, valid3, false, reps);
+    seed_conv("conv same 32x32x3->32", t, 256, 32, 32, 3, 32, same3, false, reps);
+    seed_conv("conv same 32x32x3->16", t, 256, 32, 32, 3, 16, same3, false, reps);
+    seed_conv("conv s2 32x32x16->32", t, 256, 32, 32, 16, 32, s2, true, reps);
+    seed_conv("conv 1x1 16x16x64->128", t, 256, 16, 16, 64, 128, one, true, reps);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool seed = false, more = false;
+  int reps = 5;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
+    } else if (std::strcmp(argv[i], "--seed") == 0) {
+      seed = true;
+    } else if (std::strcmp(argv[i], "--more") == 0) {
+      more = true;
+    } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--cpu-time]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--cpu-time] | [--seed] [--more] [--reps N]\n", argv[0]);
       return 2;
     }
+  }
+  if (seed || more) {
+    if (seed) seed_nets(reps);
+    if (more) more_convs(reps);
+    return 0;
   }
   bench::CpuDev d;
   Conv2dParams valid3;

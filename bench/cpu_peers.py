@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """mpx against tf-keras and PyTorch on the CPU: the same nets, batch and threads, alternating.
 
-For each seed net (configs/mnist_smoke.yaml, configs/cifar10_fp32.yaml) and
+For each seed net (configs/mnist_smoke.yaml, configs/mnist_seed.yaml: the seed
+guides' Conv2D(32) -> Flatten -> Dense(10) at batch 256, configs/cifar10_fp32.yaml) and
 policy it runs `mpx bench`, the Keras twin (bench/keras_peer.py) and the
 PyTorch twin (bench/torch_peer.py), in rounds whose tool order rotates, and
 prints the median images/s of each tool, mpx / best peer, the issue's targets,
@@ -14,6 +15,10 @@ which CPU path ran (mpx bench's kernels; the peers' oneDNN verbose lines).
 
     bench/keras_setup.sh; bench/torch_setup.sh      # once: the peers' venvs
     bench/cpu_peers.py --data ../shared/data         # or --quick for a smoke check
+
+By default it runs everything twice and prints one set of tables per CPU path:
+the CPU as it is, then every tool capped at AVX2 (--isa-cap none or avx2 runs
+one of them).
 
 A benchmark, run by hand; never part of the tests. docs/cpu-performance.md,
 "Against the peers", says what each figure means.
@@ -35,11 +40,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "mpx-peers")
 # net -> (config, data sub-folder, (steps, warmup), (quick steps, quick warmup))
 NETS = {"mnist_smoke": ("configs/mnist_smoke.yaml", "mnist", (100, 10), (10, 2)),
+        "mnist_seed": ("configs/mnist_seed.yaml", "mnist", (40, 5), (5, 1)),
         "cifar10": ("configs/cifar10_fp32.yaml", "cifar10-subset", (15, 3), (3, 1))}
 # peer -> (its script in bench/, the command that makes its venv)
 PEERS = {"tf-keras": ("keras_peer.py", "bench/keras_setup.sh"), "pytorch": ("torch_peer.py", "bench/torch_setup.sh")}
 # (net, policy) -> (what mpx is compared with, the minimum ratio)
 TARGETS = {("cifar10", "float32"): ("best peer", 1.5), ("mnist_smoke", "float32"): ("best peer", 2.0),
+           ("mnist_seed", "float32"): ("best peer", 2.0),
            ("cifar10", "mixed_bfloat16"): ("mpx float32", 1.0)}
 
 
@@ -170,8 +177,9 @@ def main():
                     help="libgomp's waits for every tool: mpx (GOMP_SPINCOUNT=1000, mpx's own default), passive "
                          "(OMP_WAIT_POLICY=passive), unset (each tool's own default; PyTorch's threads then spin "
                          "long), inherit (as in this shell)")
-    ap.add_argument("--isa-cap", choices=["none", "avx2"], default="none",
-                    help="avx2: cap every tool at AVX2 (oneDNN's ONEDNN_MAX_CPU_ISA, mpx's pooling, PyTorch's "
+    ap.add_argument("--isa-cap", choices=["both", "none", "avx2"], default="both",
+                    help="both (the default): one set of tables per CPU path, the CPU as it is and then capped at "
+                         "AVX2; none: the CPU as it is only; avx2: cap every tool at AVX2 (oneDNN's ONEDNN_MAX_CPU_ISA, mpx's pooling, PyTorch's "
                          "ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS, numpy's OPENBLAS_CORETYPE), to measure "
                          "an AVX2-only CPU's code paths on a newer one")
     ap.add_argument("--budget-s", type=float, default=30,
@@ -189,7 +197,18 @@ def main():
         if not os.access(exe, os.X_OK):
             sys.exit(f"{exe}: not built (scripts/build.sh builds mpx and build/bench/gemm_ceiling)")
     from cpu_peers_report import run_all
-    return run_all(Bench(a), a, NETS, PEERS, TARGETS)
+    if a.isa_cap != "both":
+        return run_all(Bench(a), a, NETS, PEERS, TARGETS)
+    rc = 0
+    for cap, title in (("none", "the CPU as it is"), ("avx2", "capped at AVX2")):
+        one = argparse.Namespace(**vars(a))
+        one.isa_cap = cap
+        if a.json:
+            root, ext = os.path.splitext(a.json)
+            one.json = f"{root}.{cap}{ext or '.json'}"
+        print(f"\n## CPU path: {title} (--isa-cap {cap})\n")
+        rc = run_all(Bench(one), one, NETS, PEERS, TARGETS) or rc
+    return rc
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def read_train(dataset, folder, limit):
 
 
 def normalize(images, cfg):
-    """mpx's input normalization (lib/backend/cpu/cast.cpp): x * (1 / (255 std)) + (-mean / std), float32."""
+    """mpx's input normalization (lib/backend/cpu/elementwise/cast.cpp): x * (1 / (255 std)) + (-mean / std), float32."""
     norm = cfg["data"].get("normalize") or {}
     mean, std = DEFAULT_NORM.get(cfg["data"]["dataset"], ([0.0], [1.0]))
     mean = np.asarray(norm.get("mean", mean), np.float32)

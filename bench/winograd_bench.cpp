@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "bench/bench_util.h"
 
 using namespace mpx;

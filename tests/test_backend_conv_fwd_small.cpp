@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // mpx's forward pass of stride-1 convolutions with few input channels
-// (lib/backend/cpu/conv_fwd_small.cpp, docs/cpu-performance.md "The first layer's forward
+// (lib/backend/cpu/conv/conv_fwd_small.cpp, docs/cpu-performance.md "The first layer's forward
 // pass") against the float64 reference: the float32 sums of R*S*C products and the bias,
 // relu, then for 16-bit outputs one rounding; 1 to 4 channels, 16/32/64 filters, filters from
 // 1x1 to 5x5, every padding, runs of pixels that do not fill a register block, 1 to 3 threads.
@@ -16,7 +16,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

@@ -2,7 +2,7 @@
 // Strided 1x1 convolutions with few input channels on the CPU backend (a residual
 // block's projection shortcut), against the float64 reference. oneDNN 2.6.3's AVX2
 // jit_1x1 backward weights with an NHWC source and C < 8 gets dW wrong with 2+ threads
-// and can hang in its reducer barrier (lib/backend/cpu/conv.cpp,
+// and can hang in its reducer barrier (lib/backend/cpu/conv/conv.cpp,
 // rtus_nhwc_bwd_weights_bug); the backend routes these shapes through blocked layouts.
 // Run with 2+ OpenMP threads to exercise the bug (the default on the 2-core machines).
 #include <catch2/catch.hpp>

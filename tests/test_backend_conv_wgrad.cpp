@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// mpx's GEMM weight gradient of stride-1 convolutions (lib/backend/cpu/conv_wgrad.cpp,
+// mpx's GEMM weight gradient of stride-1 convolutions (lib/backend/cpu/conv/conv_wgrad.cpp,
 // docs/cpu-performance.md) against the float64 reference: padded and unpadded filters of
 // several sizes, asymmetric padding, tiles of one image row and partial last tiles, more
 // tiles than threads and fewer, with and without the bias gradient. Through the backend
@@ -13,7 +13,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
 #include "support/conv_case.h"

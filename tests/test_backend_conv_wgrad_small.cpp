@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // mpx's weight gradient of stride-1 convolutions with few input channels
-// (lib/backend/cpu/conv_wgrad_small.cpp, docs/cpu-performance.md "The first layer's weight
+// (lib/backend/cpu/conv/conv_wgrad_small.cpp, docs/cpu-performance.md "The first layer's weight
 // gradient") against the float64 reference, within the bound of its float32 sums (at most
 // kWgradFlushRows output rows each, then float64): 1 to 4 channels, 16/32/64 filters, filters
 // from 1x1 to 5x5, every padding, partial tap blocks, 1 to 3 threads; in 16 bits the bits of
@@ -15,8 +15,8 @@
 
 #include <omp.h>
 
-#include "backend/cpu/conv_fwd_small.h"
-#include "backend/cpu/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/conv/conv_winograd.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
 #include "support/reference.h"

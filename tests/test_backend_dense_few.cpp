@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// mpx's dense loops for few outputs on 16-bit operands (lib/backend/cpu/dense_few.cpp,
+// mpx's dense loops for few outputs on 16-bit operands (lib/backend/cpu/dense/dense_few.cpp,
 // docs/cpu-performance.md "Dense layers with few outputs") against the float64 reference,
 // within the bound of their float32 sums (and one rounding of a 16-bit dx): 1 to 16 outputs
 // (partial register blocks), input lengths that leave vector tails, odd batches, 1 to 3
@@ -16,7 +16,7 @@
 
 #include <omp.h>
 
-#include "backend/cpu/dense_few.h"
+#include "backend/cpu/dense/dense_few.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/half.h"
@@ -82,8 +83,13 @@ std::vector<float> rounded(const std::vector<float>& v, DType t) {
 /// The math text the backend reports for t ("native ..." or "widened to float32 (...)").
 std::string math_text(Backend& be, DType t) { return t == DType::BF16 ? be.info().math_bf16 : be.info().math_f16; }
 
+/// Whether the path of this text is native for some passes and shapes only (bfloat16 on
+/// AVX512-BF16 without AMX: the choosers' rule, docs/precision.md).
+bool per_shape(const std::string& text) { return text.find(" per shape (") != std::string::npos; }
+
 /// After ops of dtype t: the backend reports them, native where its path is native (some
-/// ops may be widened where oneDNN has no native kernel), none native where it widens.
+/// ops may be widened where oneDNN has no native kernel), none native where it widens; on a
+/// per-shape path, native or widened as the rule says, and the report says which.
 void check_reported(Backend& be, DType t) {
   const std::string text = math_text(be, t);
   const bool native = text.rfind("native", 0) == 0;
@@ -93,6 +99,16 @@ void check_reported(Backend& be, DType t) {
     if (r.dtype != dtype_name(t)) continue;
     found = true;
     CHECK(r.native_ops + r.widened_ops > 0);
+    if (per_shape(text)) {
+      CHECK(r.path == (r.widened_ops == 0 ? "native" : r.native_ops == 0 ? "widened" : "mixed"));
+      if (r.native_ops > 0) CHECK(r.detail.rfind(text, 0) == 0);
+      if (r.native_ops == 0) CHECK(r.detail == "widened to float32 (for these shapes; " + text + ")");
+      bool named = r.native_ops == 0;  // the kernels list names the native kernels that ran
+      for (const KernelChoice& k : be.kernels())
+        named = named || (k.op.find(dtype_name(t)) != std::string::npos && k.impl.rfind("widened", 0) != 0);
+      CHECK(named);
+      return;
+    }
     if (native) {
       CHECK(r.native_ops > 0);
       CHECK(r.detail.rfind(text, 0) == 0);
@@ -287,4 +303,73 @@ TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the sa
     if (flags.find(" amx_fp16 ") == std::string::npos) CHECK(info.math_f16.rfind("widened", 0) == 0);
   }
   CHECK_FALSE(info.native_f16);
+}
+
+TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for the seed nets' passes",
+          "[backend][cpu][native16]") {
+  Dev d;
+  const std::string text = math_text(*d.be, DType::BF16);
+  if (!per_shape(text)) {
+    WARN("not run: bfloat16 here is " << text);
+    return;
+  }
+  // Per pass and shape, the kernel the rule takes (docs/precision.md): the CIFAR net's
+  // Winograd layer stays widened in all three passes; the first layers' forward passes, a
+  // strided layer's forward and backward-data and a 1x1 layer's three passes run oneDNN's
+  // bf16 kernels; 3x3 weight gradients and dense backward passes stay widened.
+  struct Case {
+    const char* name;
+    int64_t N, H, W, C, K;
+    int R, stride, pad;
+    bool fwd, bwd_data, wgrad;  // native?
+  };
+  const Case cases[] = {{"cifar conv2 (Winograd)", 2, 32, 32, 64, 128, 3, 1, 1, false, false, false},
+                        {"cifar conv1 (3 channels)", 2, 32, 32, 3, 64, 3, 1, 1, true, true, false},
+                        {"mnist conv (1 channel, valid)", 2, 28, 28, 1, 32, 3, 1, 0, true, true, false},
+                        {"3x3 stride 2, 16 -> 32", 2, 16, 16, 16, 32, 3, 2, 1, true, true, false},
+                        {"1x1, 64 -> 128", 2, 8, 8, 64, 128, 1, 1, 0, true, true, true}};
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      Dev e;
+      Rng rng(47);
+      Conv2dParams p;
+      p.R = p.S = c.R, p.stride_h = p.stride_w = c.stride;
+      p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = c.pad;
+      const int64_t P = p.out_h(static_cast<int>(c.H)), Q = p.out_w(static_cast<int>(c.W));
+      const Shape xs{c.N, c.H, c.W, c.C}, ws{c.K, c.R, c.R, c.C}, ys{c.N, P, Q, c.K};
+      Tensor x = e.rand(rng, DType::BF16, xs, nullptr), w = e.rand(rng, DType::BF16, ws, nullptr);
+      Tensor dy = e.rand(rng, DType::BF16, ys, nullptr);
+      Tensor y = e.make(DType::BF16, ys), dx = e.make(DType::BF16, xs), dw = e.make(DType::BF16, ws);
+      auto ran_native = [&](const std::string& op) {
+        for (const KernelChoice& k : e.be->kernels())
+          if (k.op.rfind(op + " bfloat16 for", 0) == 0) return k.impl.rfind("widened", 0) != 0;
+        return false;
+      };
+      e.be->conv2d_forward(p, x, w, Tensor(), y, Activation::Relu);
+      CHECK(ran_native("convolution forward") == c.fwd);
+      e.be->conv2d_backward_data(p, dy, w, dx);
+      CHECK(ran_native("convolution backward data") == c.bwd_data);
+      e.be->conv2d_backward_filter(p, x, dy, dw, Tensor());
+      CHECK(ran_native("convolution backward weights") == c.wgrad);
+    }
+  }
+  SECTION("dense: forward native with more than 16 outputs or a long input, backward passes widened") {
+    for (const auto& [Ci, Co, fwd] : {std::tuple<int64_t, int64_t, bool>{128, 256, true}, {256, 10, false},
+                                      {21632, 10, true}}) {
+      Dev e;
+      Rng rng(48);
+      const int64_t N = 4;
+      Tensor x = e.rand(rng, DType::BF16, Shape{N, Ci}, nullptr), w = e.rand(rng, DType::BF16, Shape{Co, Ci}, nullptr);
+      Tensor dy = e.rand(rng, DType::BF16, Shape{N, Co}, nullptr);
+      Tensor y = e.make(DType::BF16, Shape{N, Co}), dx = e.make(DType::BF16, Shape{N, Ci});
+      Tensor dw = e.make(DType::BF16, Shape{Co, Ci});
+      e.be->dense_forward(x, w, Tensor(), y, Activation::None);
+      e.be->dense_backward_data(dy, w, dx);
+      e.be->dense_backward_weights(x, dy, dw, Tensor());
+      const Math16Report r = e.be->math16().at(0);
+      INFO("dense " << Ci << " -> " << Co);
+      CHECK(r.native_ops == (fwd ? 1 : 0));
+      CHECK(r.widened_ops == (fwd ? 2 : 3));
+    }
+  }
 }

@@ -4,7 +4,7 @@
 // as the master arena, in checkpoint order: sections opt1..optN). The config's list of
 // names (config/enums.h), the checks of Backend::optimizer_step, the allocation, naming and
 // checkpointing of the arenas (train/optimizer.cpp, train/train_state.cpp) all read it; the
-// update itself is written in lib/backend/cpu/optimizer.cpp and its CUDA twin
+// update itself is written in lib/backend/cpu/optimizer/optimizer.cpp and its CUDA twin
 // lib/backend/cuda/optimizer.cu. docs/contributing.md "Adding an optimizer" is the recipe.
 #pragma once
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/cpu/conv_loops.h"
+#include "backend/cpu/conv/conv_loops.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/reference.h"

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "backend/cpu/native16.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/switches.h"
 #include "core/half.h"
 
 namespace mpx {
@@ -42,12 +43,8 @@ std::string cpu_model_name() {
   }
   return "unknown CPU";
 }
-// MPX_CPU_PROFILE=1: wall time per op, printed to stderr when the backend goes away
-// (ops run synchronously on the CPU, so the time of a call is the op's time).
-bool profiling() {
-  static const bool v = env_flag("MPX_CPU_PROFILE");
-  return v;
-}
+// MPX_CPU_PROFILE=1 (profiling(), switches.h): wall time per op, printed to stderr when the
+// backend goes away (ops run synchronously on the CPU, so the time of a call is the op's time).
 
 struct OpTimes {
   struct Entry {
@@ -148,10 +145,14 @@ class CpuBackend final : public Backend {
       r.native_ops = native, r.widened_ops = widened;
       r.path = widened == 0 ? "native" : native == 0 ? "widened" : "mixed";
       r.detail = path16(t).text;
-      if (native == 0 && path16(t).native)
+      if (path16(t).per_shape) {  // the choosers took the native kernels for some shapes only
+        if (native == 0) r.detail = fmt::format("widened to float32 (for these shapes; {})", path16(t).text);
+        if (native > 0 && widened > 0)
+          r.detail += fmt::format("; {} of {} ops widened to float32 (see the kernels)", widened, native + widened);
+      } else if (native == 0 && path16(t).native)
         r.detail = fmt::format("widened to float32 (oneDNN has no native {} kernel for these ops: see the kernels)",
                                r.dtype);
-      if (native > 0 && widened > 0)
+      else if (native > 0 && widened > 0)
         r.detail += fmt::format("; {} of {} ops widened to float32 (oneDNN has no native kernel for them: see the "
                                 "kernels)",
                                 widened, native + widened);

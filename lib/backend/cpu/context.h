@@ -21,6 +21,7 @@
 
 #include "backend/device_info.h"
 #include "backend/plan_key.h"
+#include "backend/cpu/switches.h"
 #include "core/half.h"
 #include "core/env.h"
 #include "core/tensor.h"
@@ -113,13 +114,6 @@ class Context {
   std::vector<std::pair<std::string, std::string>> kernels_;
   std::array<std::unordered_map<PlanKey, bool, PlanKeyHash>, 2> math16_;  // bf16, f16
 };
-
-/// MPX_CPU_REFERENCE=1 (read once): every op runs mpx's plain loops instead of oneDNN,
-/// to rule oneDNN out when debugging.
-inline bool reference_loops() {
-  static const bool v = env_flag("MPX_CPU_REFERENCE");
-  return v;
-}
 
 // ---- float32 views of tensors ---------------------------------------------------
 

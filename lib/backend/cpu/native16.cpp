@@ -6,7 +6,7 @@
 
 #include <utility>
 
-#include "core/env.h"
+#include "backend/cpu/switches.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
@@ -43,20 +43,10 @@ bool has_f16() {
 #endif
 }
 
-enum class Mode { Auto, Native, Widen };
-
-/// MPX_CPU_16BIT: unset or "auto" takes the native kernels where they beat widening (AMX);
-/// "native" wherever oneDNN has them for the CPU; "widen" never. Anything else is exit 2.
-Mode mode() {
-  static const Mode m = [] {
-    const std::string s = env_string("MPX_CPU_16BIT");
-    if (s.empty() || s == "auto") return Mode::Auto;
-    if (s == "native") return Mode::Native;
-    if (s == "widen") return Mode::Widen;
-    throw ConfigError("environment variable MPX_CPU_16BIT='" + s + "': expected auto, native or widen (or unset it)");
-  }();
-  return m;
-}
+// MPX_CPU_16BIT (switches.h): unset or "auto" takes the native kernels where they beat
+// widening; "native" wherever oneDNN has them for the CPU; "widen" never.
+using Mode = Math16Mode;
+Mode mode() { return math16_mode(); }
 
 // The instruction sets oneDNN's native kernels need, and those with which they beat the
 // widened path (measured: docs/precision.md, "16-bit arithmetic on the CPU").
@@ -69,6 +59,15 @@ Path16 decide(DType t) {
   if (!kernels)
     return {false, fmt::format("widened to float32 (no native {} on this CPU: oneDNN's ISA is {}, {} needs {})", name,
                                dnnl_isa_name(), name, bf ? "avx512_core_bf16" : "avx512_core_fp16")};
+  // bfloat16 with AVX512-BF16 and no AMX: oneDNN's kernels beat the widened path for some
+  // passes and shapes and lose to it (Winograd, the few-channel weight gradient) for others;
+  // the families' choosers say which (docs/precision.md, "16-bit arithmetic on the CPU").
+  if (!fast && bf && mode() == Mode::Auto)
+    return {true,
+            "native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening (convolutions "
+            "forward and backward-data outside Winograd's shapes, 1x1 weight gradients, dense forward), widened "
+            "elsewhere",
+            true};
   if (!fast && mode() == Mode::Auto)
     return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "
                                "MPX_CPU_16BIT=native forces them)",
@@ -126,11 +125,10 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
 
 bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
 
-bool wants_native(Context& ctx, DType t, const PlanKey& key) {
+bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted) {
   if (t == DType::F32) return false;
-  const bool native = path16(t).native && !reference_loops();
-  if (!native) ctx.note_math16(t, key, false);
-  return native;
+  if (!wanted) ctx.note_math16(t, key, false);
+  return wanted;
 }
 
 bool run_native_weight_gradient(Context& ctx, NativePlan& plan, DType t, const PlanKey& key, const Tensor& x,

@@ -22,6 +22,9 @@ namespace mpx::cpu {
 struct Path16 {
   bool native = false;  // oneDNN's 16-bit kernels (when one exists for the op and shape)
   std::string text;     // "native bf16 (avx512_core_amx)" / "widened to float32 (...)"
+  /// Only for the ops and shapes where the family's chooser says they beat the widened path
+  /// (conv_choose.h, dense_choose.h); the others are widened.
+  bool per_shape = false;
 };
 
 /// The path of 16-bit dtype t (F16 or BF16) on this CPU; F32 gets native = false.
@@ -68,9 +71,9 @@ P* make_native(Context& ctx, const std::string& what, Build&& build) {
   return plan.release();
 }
 
-/// Whether an op of dtype t may take the native path (t 16-bit, the path native, not
-/// MPX_CPU_REFERENCE); records the op as widened otherwise.
-bool wants_native(Context& ctx, DType t, const PlanKey& key);
+/// Whether op `key` of dtype t takes the native path: `wanted`, the family's chooser's answer
+/// (conv_choose.h, dense_choose.h); records a 16-bit op as widened otherwise.
+bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted);
 
 /// Records whether the native plan of op `key` is usable (math16 counts) and returns it.
 template <typename P>

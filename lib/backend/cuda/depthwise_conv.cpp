@@ -7,7 +7,7 @@
 // Asymmetric padding goes through the explicitly padded input of conv.cpp (pad_nhwc);
 // no channel padding (it would change the groups). Bias and activation run as the
 // epilogue kernel of activation.cu, the bias gradient as its column sum. Twin of
-// cpu/depthwise_conv.cpp.
+// cpu/conv/depthwise_conv.cpp.
 #include <cudnn.h>
 #include <spdlog/spdlog.h>
 

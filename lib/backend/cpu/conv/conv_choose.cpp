@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+// The convolutions' kernel chooser (conv_choose.h; docs/cpu-performance.md, "Which kernel
+// runs"). The order is the order of preference: oneDNN's native 16-bit kernel, then mpx's
+// kernels that convert 16-bit operands themselves, then the float32 kernels on widened
+// copies.
+#include "backend/cpu/conv/conv_choose.h"
+
+#include <fmt/format.h>
+
+#include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
+#include "backend/cpu/conv/conv_winograd.h"
+#include "backend/cpu/native16.h"
+#include "backend/cpu/switches.h"
+
+namespace mpx::cpu {
+
+using conv_detail::Geo;
+
+namespace {
+
+/// 3x3, stride 1, padding 0..2 on each side: what the Winograd kernel computes (forward and
+/// backward-data, whose padding is 2 minus the forward one).
+bool winograd_applies(const Conv2dParams& p, const Geo& g) {
+  auto pad_ok = [](int v) { return v >= 0 && v <= 2; };
+  return g.R == 3 && g.S == 3 && p.stride_h == 1 && p.stride_w == 1 && pad_ok(p.pad_top) && pad_ok(p.pad_left) &&
+         pad_ok(p.pad_bottom) && pad_ok(p.pad_right) && g.P > 0 && g.Q > 0;
+}
+
+/// The default rule, from single-thread measurements against oneDNN's direct kernels
+/// (docs/cpu-performance.md, "Winograd convolution"): 16+ channels in and out (with 8 it
+/// lost or tied), and outputs of at least 4x4 pixels with AVX2 (won at 4x4 and 6x6 in every
+/// pass); with AVX-512 at least 8x8 for forward and backward-data (they tied or lost at 4x4
+/// and 6x6) and 4x4 for the weight gradient (won at both). Not measured on CPUs without AVX2:
+/// off there.
+bool winograd_rule(const Geo& g, bool wgrad) {
+  const std::string isa = winograd_isa();
+  const int64_t min_side = isa == "avx512" ? (wgrad ? 4 : 8) : isa == "avx2" ? 4 : -1;
+  return min_side > 0 && g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
+}
+
+WgradGeo wgrad_geo(const Geo& g) { return {g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.P, g.Q, g.pt, g.pl}; }
+
+std::string winograd_name(int m, DType io) {
+  return fmt::format("winograd:F({}x{},3x3) {} + sgemm{}", m, m, winograd_isa(),
+                     is_16bit(io) ? fmt::format(", {} in the transforms", dtype_name(io)) : std::string());
+}
+
+ConvChoice pick(ConvKernel k, std::string name, std::string why, int tile = 0) {
+  ConvChoice c;
+  c.kernel = k, c.name = std::move(name), c.why = std::move(why), c.tile = tile;
+  return c;
+}
+
+bool native16_wins(const ConvQuery& q);
+
+/// Whether oneDNN's native 16-bit kernel is the one for this op: the dtype's path
+/// (native16.h: MPX_CPU_16BIT and oneDNN's ISA) and, where that path is native for some
+/// shapes only, the convolutions' rule.
+bool wants_native16(const ConvQuery& q, std::string* why) {
+  if (!is_16bit(q.in) || reference_loops()) return false;
+  const Path16& path = path16(q.in);
+  if (!path.native) return false;
+  if (q.native_refused) {
+    *why = "oneDNN has only its reference kernel (or none) for the native form: widened";
+    return false;
+  }
+  if (path.per_shape && !native16_wins(q)) return false;
+  return true;
+}
+
+ConvChoice onednn(const ConvQuery& q, const std::string& before) {
+  ConvChoice c = pick(ConvKernel::OneDnn, "oneDNN float32", before);
+  c.blocked = conv_blocked_layout(q.g);
+  c.why += fmt::format("{}oneDNN's float32 kernel, activations {}{}", c.why.empty() ? "" : "; ",
+                       c.blocked ? "in its blocked layout" : "in NHWC",
+                       is_16bit(q.in) || is_16bit(q.out) ? ", 16-bit operands widened into float32 copies" : "");
+  return c;
+}
+
+ConvChoice forward(const ConvQuery& q, std::string why16);
+ConvChoice backward_data(const ConvQuery& q, std::string why16);
+ConvChoice backward_filter(const ConvQuery& q, std::string why16);
+
+/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
+/// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the kernel the
+/// widened path would run. Measured per pass and shape (docs/precision.md, "16-bit arithmetic
+/// on the CPU"): mpx's Winograd (float32 products) beats oneDNN's bf16 direct kernels in all
+/// three passes, and so does the few-channel weight gradient (oneDNN's bf16 one took 2-15x as
+/// long on 3x3 first layers and strided 3x3 layers); oneDNN's bf16 kernels beat the few-channel
+/// forward and oneDNN's float32 kernels on widened copies (1.3-4x) in the forward and
+/// backward-data passes, and the weight gradient of 1x1 convolutions (3x).
+bool native16_wins(const ConvQuery& q) {
+  ConvQuery widened = q;
+  widened.native_refused = false;
+  if (q.pass == ConvPass::BackwardFilter) {
+    const ConvKernel k = backward_filter(widened, std::string()).kernel;
+    return q.g.R == 1 && q.g.S == 1 && k == ConvKernel::OneDnn;
+  }
+  const ConvKernel k = (q.pass == ConvPass::Forward ? forward(widened, std::string())
+                                                    : backward_data(widened, std::string()))
+                           .kernel;
+  return k != ConvKernel::Winograd && k != ConvKernel::Winograd16;
+}
+
+ConvChoice forward(const ConvQuery& q, std::string why16) {
+  const Geo& g = q.g;
+  const bool relu_only = !q.keep_pre && (q.act.is_none() || q.act.kind == ActKind::Relu);
+  const bool io16 = is_16bit(q.in) && q.in == q.out && !reference_loops();
+  if (io16 && relu_only) {
+    const int m = winograd_tile(q.p, g, false, q.configured);
+    if (m > 0)
+      return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
+                  "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
+  }
+  // The switch first: a bad value is exit 2 on every net with a convolution.
+  if (conv_fwd_small_enabled() && is_16bit(q.out) && q.in == q.out && relu_only && !reference_loops() &&
+      conv_fwd_small_applies(g))
+    return pick(ConvKernel::FewChannels,
+                fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(), dtype_name(q.in)),
+                "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache");
+  if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
+  const int m = winograd_tile(q.p, g, false, q.configured);
+  if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
+  return onednn(q, why16);
+}
+
+ConvChoice backward_data(const ConvQuery& q, std::string why16) {
+  const Geo& g = q.g;
+  const int m16 = is_16bit(q.in) && q.in == q.out && !reference_loops() ? winograd_tile(q.p, g, false, q.configured) : 0;
+  if (m16 > 0)
+    return pick(ConvKernel::Winograd16, winograd_name(m16, q.in),
+                "3x3 stride 1 on Winograd; its transforms read and round the 16-bit gradients", m16);
+  if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
+  const int m = winograd_tile(q.p, g, false, q.configured);
+  if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
+  return onednn(q, why16);
+}
+
+ConvChoice backward_filter(const ConvQuery& q, std::string why16) {
+  const Geo& g = q.g;
+  const WgradMode mode = wgrad_mode();
+  if ((mode == WgradMode::Default || mode == WgradMode::Auto) && !reference_loops() && q.in == q.out &&
+      conv_wgrad_small_applies(g))
+    return pick(ConvKernel::FewChannels,
+                fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),
+                            is_16bit(q.in) ? fmt::format(", {} rows widened in cache", dtype_name(q.in))
+                                           : std::string()),
+                "1-4 input channels, 16/32/64 filters: mpx's kernel keeps every filter's sums in registers");
+  const bool gemm_forced = mode == WgradMode::Gemm;
+  if (is_16bit(q.in) && q.in == q.out && !reference_loops()) {
+    const int m = gemm_forced ? 0 : winograd_tile(q.p, g, true, q.configured);
+    if (m > 0)
+      return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
+                  "3x3 stride 1 on Winograd; its transforms read the 16-bit activations and gradients", m);
+  }
+  if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
+  const int m = gemm_forced ? 0 : winograd_tile(q.p, g, true, q.configured);
+  if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
+  if (mode != WgradMode::Default && mode != WgradMode::OneDnn && wgrad_gemm_applies(wgrad_geo(g), g.sh, g.sw) &&
+      (gemm_forced || wgrad_gemm_rule(wgrad_geo(g))))
+    return pick(ConvKernel::WgradGemm,
+                gemm_forced ? "gemm:sgemm (MPX_CONV_WGRAD=gemm)" : "gemm:sgemm (MPX_CONV_WGRAD=auto)",
+                gemm_forced ? "MPX_CONV_WGRAD=gemm" : "MPX_CONV_WGRAD=auto and the shape rule");
+  ConvChoice c = onednn(q, why16);
+  c.why += "; the bias gradient summed by mpx over dy's rows";
+  return c;
+}
+
+}  // namespace
+
+int winograd_tile(const Conv2dParams& p, const Geo& g, bool wgrad, WinogradMode configured) {
+  const auto forced = winograd_forced();
+  const WinogradMode mode = forced ? *forced : configured;
+  if (mode == WinogradMode::Off || !winograd_applies(p, g)) return 0;
+  if (mode == WinogradMode::F4) return 4;
+  if (mode == WinogradMode::F2) return 2;
+  return winograd_rule(g, wgrad) ? 4 : 0;
+}
+
+// Measured on AVX2: blocked is ~2x faster for C=64->K=128 3x3 even with the reorders,
+// slower for the first layer (C = 1 or 3) (docs/cpu-performance.md, "What runs on oneDNN").
+bool conv_blocked_layout(const Geo& g) {
+  const int force = conv_blocked_forced();
+  if (force >= 0) return force == 1;
+  return g.C >= 16 && g.K >= 16 && g.C % 8 == 0 && g.K % 8 == 0;
+}
+
+ConvChoice choose_conv(const ConvQuery& q) {
+  std::string why16;
+  if (wants_native16(q, &why16))
+    return pick(ConvKernel::Native16, fmt::format("oneDNN native {}", q.in == DType::BF16 ? "bf16" : "f16"),
+                path16(q.in).text);
+  if (why16.empty() && is_16bit(q.in)) why16 = path16(q.in).text;
+  switch (q.pass) {
+    case ConvPass::Forward: return forward(q, why16);
+    case ConvPass::BackwardData: return backward_data(q, why16);
+    case ConvPass::BackwardFilter: return backward_filter(q, why16);
+  }
+  return onednn(q, why16);
+}
+
+}  // namespace mpx::cpu

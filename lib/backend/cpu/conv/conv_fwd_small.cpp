@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// The few-input-channel forward convolution (conv_fwd_small.h): the rule, the filters as
+// [tap][K], the split of the output rows over the OpenMP threads, and the baseline build of the
+// loop (conv_fwd_small.inc).
+#include "backend/cpu/conv/conv_fwd_small.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu/conv/conv_winograd.h"
+#include "backend/cpu/elem16.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace mpx::cpu {
+
+namespace fsmall_base {
+constexpr int kL = 4;
+constexpr int kRegs = 16;
+#include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv/conv_small_rows.inc"
+#include "backend/cpu/conv/conv_fwd_small.inc"
+}  // namespace fsmall_base
+
+namespace {
+
+// In floats: the filters [tap][K] and the bias once; per thread xrows and yrow.
+struct Layout {
+  int64_t wt, b, xrows, yrow, per;
+};
+
+Layout layout(const conv_detail::Geo& g) {
+  Layout l{};
+  l.wt = whole_lines(g.R * g.S * g.C * g.K);
+  l.b = whole_lines(g.K);
+  l.xrows = whole_lines(g.R * fwd_small_columns(g) * g.C);
+  l.yrow = whole_lines(g.Q * g.K);
+  l.per = l.xrows + l.yrow;
+  return l;
+}
+
+}  // namespace
+
+bool conv_fwd_small_applies(const conv_detail::Geo& g) { return conv_detail::few_channel_shape(g); }
+
+size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads) {
+  const Layout l = layout(g);
+  return static_cast<size_t>(l.wt + l.b + l.per * threads);
+}
+
+const char* conv_fwd_small_isa() { return winograd_isa(); }
+
+void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, bool relu, void* y,
+                    DType io, float* scratch) {
+  const Layout l = layout(g);
+  static auto* const run = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
+  const int64_t J = g.R * g.S * g.C, rows = g.N * g.P;
+  float* wt = scratch;  // wt[j][k] = w[k][j]
+  for (int64_t k = 0; k < g.K; ++k)
+    for (int64_t j = 0; j < J; ++j) wt[j * g.K + k] = w[k * J + j];
+  float* bias = scratch + l.wt;
+  for (int64_t k = 0; k < g.K; ++k) bias[k] = b ? b[k] : 0.0f;
+  const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* base = scratch + l.wt + l.b + l.per * t;
+    const FwdSmallArgs a{&g, x, wt, bias, relu, y, io, base, base + l.xrows};
+    run(a, rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+// The few-input-channel weight gradient (conv_wgrad_small.h): the rule, the split of the
+// output rows over the OpenMP threads, the threads' sums added in thread order, and the
+// baseline build of the loop (conv_wgrad_small.inc).
+#include "backend/cpu/conv/conv_wgrad_small.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cpu/conv/conv_winograd.h"
+#include "backend/cpu/elem16.h"
+#include "core/half.h"
+
+namespace mpx::cpu {
+
+namespace wsmall_base {
+constexpr int kL = 4;
+constexpr int kRegs = 16;
+#include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv/conv_small_rows.inc"
+#include "backend/cpu/conv/conv_wgrad_small.inc"
+}  // namespace wsmall_base
+
+namespace {
+
+// Per thread, in floats: acc, db, accd and dbd (doubles: two floats each), xrows, dyrow.
+struct Layout {
+  int64_t acc, db, accd, dbd, xrows, dyrow, per;
+};
+
+Layout layout(const conv_detail::Geo& g) {
+  Layout l{};
+  l.acc = whole_lines((g.R * g.S * g.C + kWgradMaxTaps) * g.K);
+  l.db = whole_lines(g.K);
+  l.accd = whole_lines(2 * g.R * g.S * g.C * g.K);
+  l.dbd = whole_lines(2 * g.K);
+  l.xrows = whole_lines(g.R * wgrad_small_columns(g) * g.C);
+  l.dyrow = whole_lines(g.Q * g.K);
+  l.per = l.acc + l.db + l.accd + l.dbd + l.xrows + l.dyrow;
+  return l;
+}
+
+}  // namespace
+
+bool conv_wgrad_small_applies(const conv_detail::Geo& g) { return conv_detail::few_channel_shape(g); }
+
+size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
+  return static_cast<size_t>(layout(g).per) * static_cast<size_t>(threads);
+}
+
+const char* conv_wgrad_small_isa() { return winograd_isa(); }
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch) {
+  const Layout l = layout(g);
+  static auto* const run = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
+  const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
+  const int threads = omp_get_max_threads();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* base = scratch + l.per * t;
+    auto* accd = reinterpret_cast<double*>(base + l.acc + l.db);
+    auto* dbd = reinterpret_cast<double*>(base + l.acc + l.db + l.accd);
+    float* xrows = base + l.acc + l.db + l.accd + l.dbd;
+    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd};
+    std::fill(base, base + l.acc + l.db, 0.0f);
+    std::fill(accd, accd + J * g.K, 0.0);
+    std::fill(dbd, dbd + g.K, 0.0);
+    run(a, rows * t / nt, rows * (t + 1) / nt);
+#pragma omp barrier
+    // dw[k][j] (KRSC: j = (r*S + s)*C + c) = the threads' accd[j][k] added in thread order.
+    auto sums = [&](int u) { return reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db); };
+    for (int64_t e = J * g.K * t / nt; e < J * g.K * (t + 1) / nt; ++e) {
+      const int64_t k = e / J, j = e % J;
+      double sum = 0.0;
+      for (int u = 0; u < nt; ++u) sum += sums(u)[j * g.K + k];
+      dw[e] = static_cast<float>(sum);
+    }
+    if (db && t == 0)
+      for (int64_t k = 0; k < g.K; ++k) {
+        double sum = 0.0;
+        for (int u = 0; u < nt; ++u) sum += reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db + l.accd)[k];
+        db[k] = static_cast<float>(sum);
+      }
+  }
+}
+
+}  // namespace mpx::cpu

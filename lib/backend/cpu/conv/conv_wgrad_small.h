@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+// The weight gradient (and bias gradient) of stride-1 convolutions with few input channels (a
+// network's first layer: 1 to 4 channels, 16, 32 or 64 filters) on mpx's own loop
+// (docs/cpu-performance.md, "The first layer's weight gradient"). Each thread takes whole
+// output rows: their input rows widened into a buffer with the padding as zeros, dy's rows
+// read once, and the sums of a block of filter taps for all filters held in vector registers
+// over the row. float32 sums over a few rows go into float64 sums; the threads' float64 sums
+// are added in thread order, so the rounding depends on the thread count (as oneDNN's
+// kernel's does). 16-bit x and dy are widened a row at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/conv/conv_loops.h"
+#include "core/dtype.h"
+
+namespace mpx::cpu {
+
+/// Whether conv_wgrad_small computes this convolution's weight gradient: stride 1, C <= 4,
+/// K in {16, 32, 64}, R * S * C <= 64.
+bool conv_wgrad_small_applies(const conv_detail::Geo& g);
+
+/// Floats of scratch conv_wgrad_small needs with `threads` OpenMP threads.
+size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads);
+
+/// dw (KRSC, float32) = the weight gradient, and db (float32, when not null) = dy's sums over
+/// all pixels; x and dy hold `io` elements (F32, BF16 or F16).
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch);
+
+/// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
+const char* conv_wgrad_small_isa();
+
+// The per-ISA builds (conv_wgrad_small.inc): output rows [row0, row1) summed into acc
+// [taps + kWgradMaxTaps][K] and db [K] in float32, which every kWgradFlushRows rows are added
+// into the float64 sums accd [taps][K] and dbd [K] and cleared (accd and dbd hold the result);
+// xrows (R widened input rows) and dyrow (one widened dy row) are the thread's buffers.
+struct WgradSmallArgs {
+  const conv_detail::Geo* g;
+  const void* x;
+  const void* dy;
+  DType io;
+  float *acc, *db, *xrows, *dyrow;
+  double *accd, *dbd;
+};
+/// Output rows summed in float32 before the float64 sums take them: the float32 sums run
+/// over at most this many rows' pixels.
+constexpr int64_t kWgradFlushRows = 8;
+namespace wsmall_base { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
+namespace wsmall_avx2 { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
+namespace wsmall_avx512 { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
+
+/// The most filter taps summed at once in any build (acc has this many spare rows).
+constexpr int kWgradMaxTaps = 16;
+/// Columns of one widened input row in the thread's buffer: those the output row reads.
+inline int64_t wgrad_small_columns(const conv_detail::Geo& g) { return g.Q + g.S - 1; }
+
+}  // namespace mpx::cpu

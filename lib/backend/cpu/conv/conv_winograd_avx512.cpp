@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: MIT
+// The AVX-512 build of the Winograd transforms (conv_winograd.inc); compiled with -mavx512f
+// (lib/CMakeLists.txt, *_avx512.cpp) and called by conv_winograd.cpp only after cpuid and
+// oneDNN reported AVX-512.
+#include <dnnl.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cpu/conv/conv_winograd.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace mpx::cpu::wino_avx512 {
+constexpr int kCB = 16;
+#include "backend/cpu/elem16.inc"
+#include "backend/cpu/conv/conv_winograd.inc"
+}  // namespace mpx::cpu::wino_avx512

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: MIT
+// The dense layers' kernel chooser (dense_choose.h; docs/cpu-performance.md, "Which kernel
+// runs"), in the order of preference: oneDNN's native 16-bit kernel, mpx's loops that convert
+// 16-bit operands in registers, oneDNN's float32 kernel on widened copies.
+#include "backend/cpu/dense/dense_choose.h"
+
+#include <fmt/format.h>
+
+#include "backend/cpu/dense/dense_few.h"
+#include "backend/cpu/native16.h"
+#include "backend/cpu/switches.h"
+
+namespace mpx::cpu {
+
+namespace {
+
+/// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
+/// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the widened
+/// path for this pass and shape. Measured (docs/precision.md, "16-bit arithmetic on the
+/// CPU"): oneDNN's bf16 forward beats its float32 one on widened copies (128 -> 256) and mpx's
+/// few-output loops on a long input (21632 -> 10), not on a short one (256 -> 10, 3x slower);
+/// its backward-data ties or loses, and its weight gradient took 10-50x as long.
+bool native16_wins(const DenseQuery& q) {
+  return q.pass == DensePass::Forward && (q.Co > kDenseFewMaxOut || q.Ci >= 8192);
+}
+
+DenseChoice pick(DenseKernel k, std::string name, std::string why) {
+  DenseChoice c;
+  c.kernel = k, c.name = std::move(name), c.why = std::move(why);
+  return c;
+}
+
+}  // namespace
+
+DenseChoice choose_dense(const DenseQuery& q) {
+  std::string why16;
+  if (is_16bit(q.in) && !reference_loops()) {
+    const Path16& path = path16(q.in);
+    if (path.native && q.native_refused)
+      why16 = "oneDNN has only its reference kernel (or none) for the native form: widened";
+    else if (path.native && (!path.per_shape || native16_wins(q)))
+      return pick(DenseKernel::Native16, fmt::format("oneDNN native {}", q.in == DType::BF16 ? "bf16" : "f16"),
+                  path.text);
+    else
+      why16 = path.text;
+  }
+  // The switch first: a bad value is exit 2 on every net with a dense layer.
+  if (dense_few_enabled() && is_16bit(q.big) && q.Co <= kDenseFewMaxOut && !reference_loops())
+    return pick(DenseKernel::FewOutputs,
+                fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(), dtype_name(q.big),
+                            q.pass == DensePass::BackwardData ? "dx" : "x"),
+                fmt::format("at most {} outputs and a 16-bit {}: mpx's loops convert it in registers",
+                            kDenseFewMaxOut, q.pass == DensePass::BackwardData ? "dx" : "x"));
+  if (reference_loops()) return pick(DenseKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
+  return pick(DenseKernel::OneDnn, "oneDNN float32",
+              why16.empty() ? "oneDNN's float32 inner product"
+                            : why16 + "; oneDNN's float32 inner product, 16-bit operands widened into float32 copies");
+}
+
+}  // namespace mpx::cpu

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// Dense layers with few outputs on 16-bit operands (dense_few.h): the switch, the split of
+// the rows or columns over the OpenMP threads, and the baseline build of the loops
+// (dense_few.inc).
+#include "backend/cpu/dense/dense_few.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "backend/cpu/conv/conv_winograd.h"
+#include "backend/cpu/elem16.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace mpx::cpu {
+
+namespace dfew_base {
+constexpr int kL = 4;
+constexpr int kRegs = 16;
+#include "backend/cpu/elem16.inc"
+#include "backend/cpu/dense/dense_few.inc"
+}  // namespace dfew_base
+
+namespace {
+
+struct Build {
+  void (*forward)(const DenseFewArgs&, int64_t, int64_t);
+  void (*backward_data)(const DenseFewArgs&, int64_t, int64_t);
+  void (*backward_weights)(const DenseFewArgs&, int64_t, int64_t);
+};
+
+const Build& build() {
+  static const Build b = by_isa(Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights},
+                                Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights},
+                                Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights});
+  return b;
+}
+
+/// Runs f(lo, hi, thread) on each thread's share of [0, n) in units of `unit` (the last share takes the rest).
+template <class F>
+void split(int64_t n, int64_t unit, F&& f) {
+  const int64_t units = (n + unit - 1) / unit;
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = std::min(n, units * t / nt * unit), hi = std::min(n, units * (t + 1) / nt * unit);
+    if (lo < hi) f(lo, hi, static_cast<int>(t));
+  }
+}
+
+}  // namespace
+
+const char* dense_few_isa() { return winograd_isa(); }
+
+void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
+                       float* y) {
+  DenseFewArgs a{N, Ci, Co, x, xt, w, b, nullptr, y, nullptr, nullptr};
+  split(N, 1, [&](int64_t n0, int64_t n1, int) { build().forward(a, n0, n1); });
+}
+
+void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx,
+                             DType dxt) {
+  DenseFewArgs a{N, Ci, Co, nullptr, dxt, w, nullptr, dy, nullptr, nullptr, dx};
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_data(a, i0, i1); });  // whole column blocks
+}
+
+void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
+                                float* dw, float* db) {
+  DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr};
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_weights(a, i0, i1); });  // whole column blocks
+  if (db)
+    for (int64_t o = 0; o < Co; ++o) {
+      float s = 0.0f;
+      for (int64_t n = 0; n < N; ++n) s += dy[n * Co + o];
+      db[o] = s;
+    }
+}
+
+}  // namespace mpx::cpu

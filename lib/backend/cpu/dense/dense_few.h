@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// Dense layers with few outputs (a classifier's last layer, e.g. 5408 -> 10) whose big
+// operand, x or dx [N, Cin], is 16-bit and the CPU has no native 16-bit math: mpx's own loops
+// read and write that operand as it is (widened in registers, dx rounded once as it is
+// stored) instead of oneDNN's float32 inner product between a widening pass and a rounding
+// pass (docs/cpu-performance.md, "Dense layers with few outputs"). The small operands (w, b,
+// y, dy, dw, db) are float32. Each row's forward and backward-data result depends only on
+// that row, and the weight gradient's columns are each summed over the rows in order by one
+// thread, so no result depends on the batch's size or the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mpx::cpu {
+
+/// The most outputs the loops take.
+constexpr int64_t kDenseFewMaxOut = 16;
+
+// MPX_DENSE_FEW: dense_few_enabled() (switches.h); where they run: dense_choose.h.
+
+/// y [N, Co] = x [N, Ci] (dtype xt) w^T + b (b may be null).
+void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
+                       float* y);
+/// dx [N, Ci] (dtype dxt, rounded once) = dy [N, Co] w.
+void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx, DType dxt);
+/// dw [Co, Ci] = dy^T x (x of dtype xt); db [Co] = dy's column sums (when not null).
+void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
+                                float* dw, float* db);
+
+/// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
+const char* dense_few_isa();
+
+// The per-ISA builds (dense_few.inc): rows [n0, n1) of the forward pass, columns [i0, i1) of
+// the backward-data pass and the weight gradient.
+struct DenseFewArgs {
+  int64_t N, Ci, Co;
+  const void* x;  // forward, weight gradient
+  DType t;        // x's or dx's dtype
+  const float *w, *b, *dy;
+  float *y, *dw;
+  void* dx;  // backward-data
+};
+#define MPX_DENSE_FEW_DECL(ns)                                                 \
+  namespace ns {                                                               \
+  void forward(const DenseFewArgs& a, int64_t n0, int64_t n1);                 \
+  void backward_data(const DenseFewArgs& a, int64_t i0, int64_t i1);           \
+  void backward_weights(const DenseFewArgs& a, int64_t i0, int64_t i1);        \
+  }
+MPX_DENSE_FEW_DECL(dfew_base)
+MPX_DENSE_FEW_DECL(dfew_avx2)
+MPX_DENSE_FEW_DECL(dfew_avx512)
+#undef MPX_DENSE_FEW_DECL
+
+}  // namespace mpx::cpu

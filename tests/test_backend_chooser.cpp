@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+// The CPU backend's kernel choosers (conv_choose.h, dense_choose.h; docs/cpu-performance.md,
+// "Which kernel runs"): asked without running anything, for every pass of the seed nets'
+// convolutions and dense layers in float32 and bfloat16, their answer must be what the op then
+// runs, as the backend's kernels list (what `mpx bench` prints) and its 16-bit counts record
+// it. CTest runs this file again with the environment switches set (tests/CMakeLists.txt);
+// each run also checks that the answer follows the switches it was started with.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cpu/conv/conv_choose.h"
+#include "backend/cpu/dense/dense_choose.h"
+#include "backend/cpu/switches.h"
+#include "core/rng.h"
+#include "support/backend_check.h"
+
+using namespace mpx;
+using cpu::ConvKernel;
+using cpu::ConvPass;
+using cpu::DenseKernel;
+using cpu::DensePass;
+
+namespace {
+
+using Dev = support::CpuDev;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+bool mpx_kernel(const std::string& impl) {
+  return impl.rfind("winograd:", 0) == 0 || impl.rfind("mpx:", 0) == 0 || impl.rfind("gemm:", 0) == 0;
+}
+
+/// The kernels-list entry of op `what` (the op and its shapes, without a dtype), and of its
+/// native form (`what16`: the dtype after the op's name); nullptr when none was recorded.
+const KernelChoice* find(const std::vector<KernelChoice>& ks, const std::string& what) {
+  for (const KernelChoice& k : ks)
+    if (k.op == what) return &k;
+  return nullptr;
+}
+
+/// Checks that what the op recorded is the chooser's answer: mpx's kernels by their name,
+/// oneDNN's float32 kernel by an entry without a dtype, the native one by an entry with it.
+void check_recorded(Backend& be, const std::string& op, const std::string& shapes, DType t, bool native,
+                    bool mpx_own, bool reference, const std::string& name) {
+  const std::vector<KernelChoice> ks = be.kernels();
+  const KernelChoice* plain = find(ks, op + " for " + shapes);
+  const KernelChoice* n16 = is_16bit(t) ? find(ks, op + " " + dtype_name(t) + " for " + shapes) : nullptr;
+  INFO(op << " for " << shapes << " in " << dtype_name(t) << ", chosen: " << name);
+  if (native) {
+    REQUIRE(n16 != nullptr);
+    CHECK(n16->impl.rfind("widened", 0) != 0);
+    CHECK(plain == nullptr);
+  } else if (reference) {
+    CHECK(plain == nullptr);
+    CHECK(n16 == nullptr);
+  } else {
+    REQUIRE(plain != nullptr);
+    if (mpx_own) {
+      CHECK(plain->impl == name);
+    } else {
+      CHECK_FALSE(mpx_kernel(plain->impl));
+      CHECK(plain->impl.rfind("widened", 0) != 0);
+    }
+    if (n16) CHECK(n16->impl.rfind("widened", 0) == 0);  // asked natively, refused by oneDNN
+  }
+}
+
+/// The 16-bit counts after one op of dtype t: native or widened as chosen.
+void check_math16(Backend& be, DType t, bool native) {
+  if (!is_16bit(t)) {
+    CHECK(be.math16().empty());
+    return;
+  }
+  REQUIRE(be.math16().size() == 1);
+  const Math16Report& r = be.math16()[0];
+  CHECK(r.native_ops == (native ? 1 : 0));
+  CHECK(r.widened_ops == (native ? 0 : 1));
+}
+
+/// What every answer must respect, from the switches this process runs with.
+void check_switches(ConvKernel k, ConvPass pass, const cpu::conv_detail::Geo& g) {
+  if (env("MPX_CPU_REFERENCE") == "1") CHECK(k == ConvKernel::Reference);
+  if (env("MPX_CPU_16BIT") == "widen" || env("ONEDNN_MAX_CPU_ISA") == "AVX2") CHECK(k != ConvKernel::Native16);
+  if (env("MPX_CONV_WINOGRAD") == "off") CHECK(k != ConvKernel::Winograd);
+  if (env("MPX_CONV_WINOGRAD") == "off") CHECK(k != ConvKernel::Winograd16);
+  if (env("MPX_CONV_FORWARD") == "onednn" && pass == ConvPass::Forward) CHECK(k != ConvKernel::FewChannels);
+  if (env("MPX_CONV_WGRAD") == "gemm" && pass == ConvPass::BackwardFilter && k != ConvKernel::Native16 &&
+      k != ConvKernel::Reference)
+    CHECK(k == ConvKernel::WgradGemm);
+  if (env("MPX_CONV_WGRAD") == "onednn" && pass == ConvPass::BackwardFilter) CHECK(k != ConvKernel::FewChannels);
+  if (env("MPX_CONV_WINOGRAD") == "on" && g.R == 3 && g.C >= 16 && k != ConvKernel::Native16 &&
+      k != ConvKernel::Reference && !(pass == ConvPass::BackwardFilter && env("MPX_CONV_WGRAD") == "gemm"))
+    CHECK((k == ConvKernel::Winograd || k == ConvKernel::Winograd16));
+}
+
+struct ConvLayer {
+  const char* name;
+  int64_t H, W, C, K;
+  int pad;
+  bool first;  // the net's first layer: no data gradient
+};
+
+struct DenseLayer {
+  const char* name;
+  int64_t Ci, Co;
+};
+
+std::string conv_shapes(int64_t N, const ConvLayer& l) {
+  return "x [" + std::to_string(N) + ", " + std::to_string(l.H) + ", " + std::to_string(l.W) + ", " +
+         std::to_string(l.C) + "], w [" + std::to_string(l.K) + ", 3, 3, " + std::to_string(l.C) + "]";
+}
+
+}  // namespace
+
+TEST_CASE("the convolution chooser's answer, asked without running the op, is the kernel the op runs and records",
+          "[backend][cpu][chooser]") {
+  const DType t = GENERATE(DType::F32, DType::BF16);
+  // The seed CIFAR net (configs/cifar10_fp32.yaml) and the seed MNIST net (Conv2D(32, 3x3) on
+  // 28x28x1, no padding, configs/mnist_seed.yaml), at a batch of 16 (2 under the reference
+  // loops): no rule depends on the batch.
+  const int64_t N = env("MPX_CPU_REFERENCE") == "1" ? 2 : 16;
+  const ConvLayer layers[] = {{"cifar conv1", 32, 32, 3, 64, 1, true},
+                              {"cifar conv2", 32, 32, 64, 128, 1, false},
+                              {"mnist conv", 28, 28, 1, 32, 0, true}};
+  const ConvPass pass = GENERATE(ConvPass::Forward, ConvPass::BackwardData, ConvPass::BackwardFilter);
+  for (const ConvLayer& l : layers) {
+    if (l.first && pass == ConvPass::BackwardData) continue;
+    DYNAMIC_SECTION(l.name << " " << dtype_name(t) << " pass " << static_cast<int>(pass)) {
+      Conv2dParams p;
+      p.R = p.S = 3;
+      p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = l.pad;
+      const Shape xs{N, l.H, l.W, l.C}, ws{l.K, 3, 3, l.C};
+      const int64_t P = p.out_h(static_cast<int>(l.H)), Q = p.out_w(static_cast<int>(l.W));
+      const Shape ys{N, P, Q, l.K};
+      cpu::ConvQuery q;
+      q.pass = pass, q.p = p, q.g = cpu::conv_detail::geometry(p, xs, ws), q.in = t, q.out = t;
+      q.act = pass == ConvPass::Forward ? Activation::Relu : Activation::None;
+      const cpu::ConvChoice c = cpu::choose_conv(q);
+      INFO("chosen: " << c.name << " (" << c.why << ")");
+      CHECK_FALSE(c.name.empty());
+      CHECK_FALSE(c.why.empty());
+      CHECK(cpu::choose_conv(q).name == c.name);  // a rule, the same at every call
+      check_switches(c.kernel, pass, q.g);
+      if (c.kernel == ConvKernel::Winograd || c.kernel == ConvKernel::Winograd16) CHECK(c.tile > 0);
+
+      Dev d;
+      Rng rng(3);
+      Tensor x = d.rand(rng, t, xs, nullptr), w = d.rand(rng, t, ws, nullptr), b = d.rand(rng, t, Shape{l.K}, nullptr);
+      Tensor dy = d.rand(rng, t, ys, nullptr);
+      const char* op = nullptr;
+      if (pass == ConvPass::Forward) {
+        Tensor y = d.make(t, ys);
+        d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+        op = "convolution forward";
+      } else if (pass == ConvPass::BackwardData) {
+        Tensor dx = d.make(t, xs);
+        d.be->conv2d_backward_data(p, dy, w, dx);
+        op = "convolution backward data";
+      } else {
+        Tensor dw = d.make(t, ws), db = d.make(t, Shape{l.K});
+        d.be->conv2d_backward_filter(p, x, dy, dw, db);
+        op = "convolution backward weights";
+      }
+      const bool own = c.kernel == ConvKernel::Winograd || c.kernel == ConvKernel::Winograd16 ||
+                       c.kernel == ConvKernel::FewChannels || c.kernel == ConvKernel::WgradGemm;
+      check_recorded(*d.be, op, conv_shapes(N, l), t, c.kernel == ConvKernel::Native16, own,
+                     c.kernel == ConvKernel::Reference, c.name);
+      check_math16(*d.be, t, c.kernel == ConvKernel::Native16);
+    }
+  }
+}
+
+TEST_CASE("the dense chooser's answer, asked without running the op, is the kernel the op runs and records",
+          "[backend][cpu][chooser]") {
+  const DType t = GENERATE(DType::F32, DType::BF16);
+  const DensePass pass = GENERATE(DensePass::Forward, DensePass::BackwardData, DensePass::BackwardWeights);
+  const int64_t N = 256;
+  // The seed CIFAR net's two dense layers and the seed MNIST net's 21632 -> 10.
+  const DenseLayer layers[] = {{"cifar dense 128->256", 128, 256}, {"cifar dense 256->10", 256, 10},
+                               {"mnist dense 21632->10", 21632, 10}};
+  for (const DenseLayer& l : layers) {
+    DYNAMIC_SECTION(l.name << " " << dtype_name(t) << " pass " << static_cast<int>(pass)) {
+      cpu::DenseQuery q;
+      q.pass = pass, q.N = N, q.Ci = l.Ci, q.Co = l.Co, q.in = t, q.big = t;
+      const cpu::DenseChoice c = cpu::choose_dense(q);
+      INFO("chosen: " << c.name << " (" << c.why << ")");
+      CHECK_FALSE(c.why.empty());
+      CHECK(cpu::choose_dense(q).name == c.name);
+      if (env("MPX_CPU_REFERENCE") == "1") CHECK(c.kernel == DenseKernel::Reference);
+      if (env("MPX_CPU_16BIT") == "widen" || env("ONEDNN_MAX_CPU_ISA") == "AVX2") CHECK(c.kernel != DenseKernel::Native16);
+      if (env("MPX_DENSE_FEW") == "onednn") CHECK(c.kernel != DenseKernel::FewOutputs);
+      if (t == DType::F32) CHECK((c.kernel == DenseKernel::OneDnn || c.kernel == DenseKernel::Reference));
+
+      Dev d;
+      Rng rng(4);
+      Tensor x = d.rand(rng, t, Shape{N, l.Ci}, nullptr), w = d.rand(rng, t, Shape{l.Co, l.Ci}, nullptr);
+      Tensor b = d.rand(rng, t, Shape{l.Co}, nullptr), dy = d.rand(rng, t, Shape{N, l.Co}, nullptr);
+      std::string op;
+      if (pass == DensePass::Forward) {
+        Tensor y = d.make(t, Shape{N, l.Co});
+        d.be->dense_forward(x, w, b, y, Activation::None);
+        op = "inner product forward";
+      } else if (pass == DensePass::BackwardData) {
+        Tensor dx = d.make(t, Shape{N, l.Ci});
+        d.be->dense_backward_data(dy, w, dx);
+        op = "inner product backward data";
+      } else {
+        Tensor dw = d.make(t, Shape{l.Co, l.Ci}), db = d.make(t, Shape{l.Co});
+        d.be->dense_backward_weights(x, dy, dw, db);
+        op = "inner product backward weights";
+      }
+      // oneDNN's forward and backward-data plans run on fixed chunks of rows (dense_rows.h):
+      // their entries name the chunk, mpx's loops the whole batch.
+      const std::vector<KernelChoice> ks = d.be->kernels();
+      const std::string tail = "], w [" + std::to_string(l.Co) + ", " + std::to_string(l.Ci) + "]";
+      const KernelChoice* plain = nullptr;
+      const KernelChoice* n16 = nullptr;
+      for (const KernelChoice& k : ks) {
+        if (k.op.rfind(op + " for x [", 0) == 0 && k.op.find(tail) != std::string::npos) plain = &k;
+        if (is_16bit(t) && k.op.rfind(op + " " + dtype_name(t) + " for x [", 0) == 0 &&
+            k.op.find(tail) != std::string::npos)
+          n16 = &k;
+      }
+      if (c.kernel == DenseKernel::Native16) {
+        REQUIRE(n16 != nullptr);
+        CHECK(n16->impl.rfind("widened", 0) != 0);
+        CHECK(plain == nullptr);
+      } else if (c.kernel == DenseKernel::Reference) {
+        CHECK(plain == nullptr);
+      } else {
+        REQUIRE(plain != nullptr);
+        if (c.kernel == DenseKernel::FewOutputs) {
+          CHECK(plain->impl == c.name);
+          CHECK(plain->op == op + " for x [" + std::to_string(N) + ", " + std::to_string(l.Ci) + tail);
+        } else {
+          CHECK_FALSE(mpx_kernel(plain->impl));
+        }
+      }
+      check_math16(*d.be, t, c.kernel == DenseKernel::Native16);
+    }
+  }
+}
