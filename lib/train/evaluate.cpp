@@ -35,6 +35,25 @@ void tta_apply(const TtaView& v, const uint8_t* src, int H, int W, int C, uint8_
 
 namespace {
 
+// The sums of this rank's slice (all-reduced over the ranks) as the evaluation's result.
+EvalResult eval_result(double loss, double correct, std::vector<double>& confusion, int K, Communicator* comm,
+                       const Dataset& ds, const Model& model) {
+  if (comm && comm->world_size() > 1) {
+    double v[2] = {loss, correct};
+    comm->all_reduce_sum(v, 2);
+    loss = v[0], correct = v[1];
+    comm->all_reduce_sum(confusion.data(), confusion.size());
+  }
+  EvalResult r;
+  r.num_classes = K;
+  for (double v : confusion) r.confusion.push_back(static_cast<int64_t>(std::llround(v)));
+  r.count = ds.size();
+  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
+  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
+  r.policy = policy_name(model.policy());
+  return r;
+}
+
 // train.tta: every view of a batch through the model, the weighted mean of their logits, and
 // the loss, accuracy and confusion of the mean on the host (float64).
 EvalResult evaluate_views(Backend& be, Model& model, BatchBuffers& bb, const Dataset& ds, Communicator* comm,
@@ -83,20 +102,7 @@ EvalResult evaluate_views(Backend& be, Model& model, BatchBuffers& bb, const Dat
     }
     if (progress) progress(i + n - begin, end - begin);
   }
-  if (world > 1) {
-    double v[2] = {loss, correct};
-    comm->all_reduce_sum(v, 2);
-    loss = v[0], correct = v[1];
-    comm->all_reduce_sum(confusion.data(), confusion.size());
-  }
-  EvalResult r;
-  r.num_classes = K;
-  for (double v : confusion) r.confusion.push_back(static_cast<int64_t>(std::llround(v)));
-  r.count = ds.size();
-  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
-  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
-  r.policy = policy_name(model.policy());
-  return r;
+  return eval_result(loss, correct, confusion, K, comm, ds, model);
 }
 
 }  // namespace
@@ -141,20 +147,7 @@ EvalResult evaluate_model(Backend& be, Model& model, BatchBuffers& bb, const Dat
     }
     if (progress) progress(i + n - begin, end - begin);
   }
-  if (world > 1) {
-    double v[2] = {loss, correct};
-    comm->all_reduce_sum(v, 2);
-    loss = v[0], correct = v[1];
-    comm->all_reduce_sum(confusion.data(), confusion.size());
-  }
-  EvalResult r;
-  r.num_classes = K;
-  for (double v : confusion) r.confusion.push_back(static_cast<int64_t>(std::llround(v)));
-  r.count = ds.size();
-  r.loss = r.count ? loss / static_cast<double>(r.count) : 0.0;
-  r.accuracy = r.count ? correct / static_cast<double>(r.count) : 0.0;
-  r.policy = policy_name(model.policy());
-  return r;
+  return eval_result(loss, correct, confusion, K, comm, ds, model);
 }
 
 std::vector<double> EvalResult::per_class_accuracy() const {

@@ -189,13 +189,14 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
   k << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.out) << act_key(q.act) << (q.keep_pre ? 1 : 0)
     << (q.native_refused ? 1 : 0);
   return ctx.plan<ChoicePlan>(k, [&] {
-           auto* c = new ChoicePlan;
+           // Owned until returned: the chooser throws on a bad switch value (exit 2).
+           auto c = std::make_unique<ChoicePlan>();
            c->choice = choose_conv(q);
            const ConvKernel kk = c->choice.kernel;
            if (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 || kk == ConvKernel::FewChannels ||
                kk == ConvKernel::WgradGemm)
              ctx.note_kernel(conv_what(pass_what(q.pass), q.g), c->choice.name);
-           return c;
+           return c.release();
          })
       .choice;
 }

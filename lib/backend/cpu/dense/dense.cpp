@@ -117,7 +117,8 @@ const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
   k << kDenseChoice << op << q.N << q.Ci << q.Co << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.big)
     << (q.native_refused ? 1 : 0);
   return ctx.plan<ChoicePlan>(k, [&] {
-           auto* c = new ChoicePlan;
+           // Owned until returned: the chooser throws on a bad switch value (exit 2).
+           auto c = std::make_unique<ChoicePlan>();
            c->choice = choose_dense(q);
            if (c->choice.kernel == DenseKernel::FewOutputs) {
              const char* name = op == kDenseFwd       ? "inner product forward"
@@ -125,7 +126,7 @@ const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
                                                       : "inner product backward weights";
              ctx.note_kernel(dense_what(name, q.N, q.Ci, q.Co), c->choice.name);
            }
-           return c;
+           return c.release();
          })
       .choice;
 }
