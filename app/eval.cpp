@@ -107,8 +107,7 @@ void add_eval_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes(ck);
   cmd->add_option("--test-data", a->test_data,
-                  "Evaluate on the whole test file of this folder instead (same data set and format, e.g. "
-                  "../shared/data/cifar10-test-jpeg)")
+                  "Evaluate on the whole test file of this folder instead (the same data set and file format)")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--tta", a->tta, "Test-time augmentation: none, mirror or mirror_translate (default: the config's train.tta)")
       ->check(CLI::IsMember({"none", "mirror", "mirror_translate"}));

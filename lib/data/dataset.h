@@ -25,6 +25,12 @@ struct Dataset {
   int64_t image_bytes() const { return static_cast<int64_t>(H) * W * C; }
 };
 
+/// One H x W x C uint8 image translated by (dy, dx) with reflected edges, then mirrored:
+/// out(y, x) = in(r(y + dy), r((flip ? W-1-x : x) + dx)), r the reflection about the edge
+/// pixel without repeating it (|dy| < H, |dx| < W). The loader's reflect-padded crop and the
+/// test-time augmentation's views (docs/fast-cifar.md).
+void shift_reflect(const uint8_t* src, int H, int W, int C, int dy, int dx, bool flip, uint8_t* dst);
+
 /// @brief Reads one split as DataConfig says (dataset, path, limits). Throws
 /// DataError naming the file (and byte offset for corrupt files) and the
 /// data_scripts/ command that fetches it.

@@ -95,6 +95,17 @@ inline int reflect_index(int i, int n) {
 
 }  // namespace
 
+void shift_reflect(const uint8_t* src, int H, int W, int C, int dy, int dx, bool flip, uint8_t* dst) {
+  for (int y = 0; y < H; ++y) {
+    uint8_t* out = dst + static_cast<int64_t>(y) * W * C;
+    const uint8_t* row = src + static_cast<int64_t>(reflect_index(y + dy, H)) * W * C;
+    for (int x = 0; x < W; ++x) {
+      const int sx = reflect_index((flip ? W - 1 - x : x) + dx, W);
+      std::memcpy(out + x * C, row + sx * C, static_cast<size_t>(C));
+    }
+  }
+}
+
 void Loader::copy_record(int64_t index, uint8_t* dst) const {
   const int64_t bytes = ds_.image_bytes();
   const uint8_t* src = ds_.images.data() + index * bytes;
@@ -115,16 +126,7 @@ void Loader::copy_record(int64_t index, uint8_t* dst) const {
   const bool flip = flips(index);
   const int H = ds_.H, W = ds_.W, C = ds_.C;
   if (augment_.padding_mode == PadMode::Reflect && pad > 0) {
-    // out(y, x) = in(r(y + dy), r((flip ? W-1-x : x) + dx)) with r the reflection about the
-    // edge pixel: every output pixel is an image pixel.
-    for (int y = 0; y < H; ++y) {
-      uint8_t* out = dst + static_cast<int64_t>(y) * W * C;
-      const uint8_t* row = src + static_cast<int64_t>(reflect_index(y + dy, H)) * W * C;
-      for (int x = 0; x < W; ++x) {
-        const int sx = reflect_index((flip ? W - 1 - x : x) + dx, W);
-        std::memcpy(out + x * C, row + sx * C, static_cast<size_t>(C));
-      }
-    }
+    shift_reflect(src, H, W, C, dy, dx, flip, dst);
     return;
   }
   for (int y = 0; y < H; ++y) {

@@ -21,16 +21,7 @@ std::vector<TtaView> tta_views(TtaMode mode) {
 }
 
 void tta_apply(const TtaView& v, const uint8_t* src, int H, int W, int C, uint8_t* dst) {
-  // Reflection about the edge pixel, without repeating it (|shift| < H, W).
-  auto reflect = [](int i, int n) { return i < 0 ? -i : i >= n ? 2 * n - 2 - i : i; };
-  for (int h = 0; h < H; ++h) {
-    const int sh = reflect(h + v.shift, H);
-    for (int w = 0; w < W; ++w) {
-      const int sw = reflect((v.flip ? W - 1 - w : w) + v.shift, W);
-      const uint8_t* p = src + (static_cast<int64_t>(sh) * W + sw) * C;
-      std::copy(p, p + C, dst + (static_cast<int64_t>(h) * W + w) * C);
-    }
-  }
+  shift_reflect(src, H, W, C, v.shift, v.shift, v.flip, dst);
 }
 
 namespace {
