@@ -46,18 +46,22 @@ std::vector<Step> keras_steps(const json& e) {
 
 /// Trains the fixture `name` with mpx (MPX_DEBUG_INJECT_INF at the fixture's 1-based step,
 /// if any) into tmp/run and returns its per-step records from metrics.jsonl.
-std::vector<Step> mpx_steps(const std::string& name, int inject_step, const TempDir& tmp) {
+/// With `reference`, on mpx's plain loops (MPX_CPU_REFERENCE=1) instead of oneDNN's kernels.
+std::vector<Step> mpx_steps(const std::string& name, int inject_step, const TempDir& tmp, bool reference = false) {
   if (inject_step > 0) ::setenv("MPX_DEBUG_INJECT_INF", ("0:" + std::to_string(inject_step - 1)).c_str(), 1);
+  if (reference) ::setenv("MPX_CPU_REFERENCE", "1", 1);
+  const std::string run = reference ? "run_reference" : "run";
   const support::Run r = support::run_mpx(
       "train -q --no-progress --config " + support::shell_quote((kFixtures / (name + ".yaml")).string()) +
           " --set data.path=" + support::shell_quote((kFixtures / "data").string()) +
           " --set weights.init_from=" + support::shell_quote((kFixtures / (name + ".init.safetensors")).string()) +
-          " --run-dir " + support::shell_quote((tmp.path / "run").string()),
+          " --run-dir " + support::shell_quote((tmp.path / run).string()),
       tmp.path);
   ::unsetenv("MPX_DEBUG_INJECT_INF");
+  ::unsetenv("MPX_CPU_REFERENCE");
   REQUIRE(r.code == 0);
   std::vector<Step> v;
-  for (const json& j : support::read_jsonl(tmp.path / "run" / "metrics.jsonl"))
+  for (const json& j : support::read_jsonl(tmp.path / run / "metrics.jsonl"))
     if (j.at("kind") == "step")
       v.push_back({j.at("loss").get<double>(), j.at("loss_scale").get<double>(), j.at("skipped_steps").get<int64_t>()});
   return v;
@@ -70,20 +74,33 @@ double check_parity(const std::string& name) {
   const std::vector<Step> want = keras_steps(e);
   TempDir tmp("keras_parity");
   const std::vector<Step> got = mpx_steps(name, e.at("inject_inf_step").get<int>(), tmp);
+  // The same training on mpx's plain loops: two correct float32 implementations that sum in
+  // other orders. Where the run amplifies rounding (16-bit steps at a high learning rate), they
+  // drift apart by as much as the policy's tolerance, by an amount that depends on the CPU's
+  // kernels; a step's loss may then differ from Keras' by the tolerance plus the largest drift
+  // so far (docs/keras-parity.md, "The tests").
+  const std::vector<Step> ref = mpx_steps(name, e.at("inject_inf_step").get<int>(), tmp, true);
   REQUIRE(want.size() >= 10);
   REQUIRE(got.size() == want.size());
-  double worst = 0;
+  REQUIRE(ref.size() == want.size());
+  double worst = 0, drift = 0;
   for (size_t i = 0; i < want.size(); ++i) {
+    drift = std::max(drift, std::fabs(got[i].loss - ref[i].loss) / std::fabs(ref[i].loss));
     INFO(name << " step " << i + 1 << ": mpx loss " << got[i].loss << " scale " << got[i].scale << " skipped "
               << got[i].skipped << "; keras loss " << want[i].loss << " scale " << want[i].scale << " skipped "
-              << want[i].skipped);
+              << want[i].skipped << "; mpx's plain loops " << ref[i].loss << " (largest drift so far " << drift
+              << ")");
     const double rel = std::fabs(got[i].loss - want[i].loss) / std::fabs(want[i].loss);
     worst = std::max(worst, rel);
-    CHECK(rel <= tol);
+    CHECK(rel <= tol + drift);
+    CHECK(ref[i].scale == want[i].scale);
+    CHECK(ref[i].skipped == want[i].skipped);
     CHECK(got[i].scale == want[i].scale);
     CHECK(got[i].skipped == want[i].skipped);
   }
-  UNSCOPED_INFO(name << ": largest relative loss difference " << worst << " (tolerance " << tol << ")");
+  CHECK(drift <= 3 * tol);  // mpx's two implementations stay close to each other
+  UNSCOPED_INFO(name << ": largest relative loss difference " << worst << " (tolerance " << tol
+                     << ", largest drift between mpx's kernels and its plain loops " << drift << ")");
   return worst;
 }
 
