@@ -74,37 +74,29 @@ inline void check_conv_params(const char* op, const Conv2dParams& p) {
                p.stride_w, p.pad_top, p.pad_left, p.pad_bottom, p.pad_right);
 }
 
-// x [N,H,W,C], w [K,R,S,C], y [N,P,Q,K]: all shapes consistent with p.
-inline void check_conv_shapes(const char* op, const Conv2dParams& p, const Tensor& x, const char* xn, const Tensor& w,
-                       const Tensor& y, const char* yn) {
-  check_conv_params(op, p);
-  require_rank(op, xn, x, 4);
-  require_rank(op, "w", w, 4);
-  require_rank(op, yn, y, 4);
-  MPX_VALIDATE(w.shape[1] == p.R && w.shape[2] == p.S,
-               "{}: w {} must be [K, R, S, C] with R={} S={} from the geometry", op, w.str(), p.R, p.S);
-  MPX_VALIDATE(x.shape[3] == w.shape[3], "{}: {} {} and w {} disagree on C", op, xn, x.str(), w.str());
-  const int P = p.out_h(static_cast<int>(x.shape[1])), Q = p.out_w(static_cast<int>(x.shape[2]));
-  MPX_VALIDATE(P > 0 && Q > 0, "{}: {} {} is smaller than the {}x{} filter with this padding", op, xn, x.str(), p.R,
-               p.S);
-  const Shape ys{x.shape[0], P, Q, w.shape[0]};
-  MPX_VALIDATE(y.shape == ys, "{}: {} must be {} for {} and w {} (R={} S={} stride {}x{} pad t/l/b/r {}/{}/{}/{}), got {}",
-               op, yn, ys.str(), x.str(), w.str(), p.R, p.S, p.stride_h, p.stride_w, p.pad_top, p.pad_left,
-               p.pad_bottom, p.pad_right, y.str());
-}
+/// How a convolution's filters see the input channels: every one (w [K,R,S,C]), or one
+/// channel each (depthwise: w [C*M,R,S,1], filter k reads channel k / M).
+enum class ConvFilters { Dense, Depthwise };
 
-// Depthwise: x [N,H,W,C], w [C*M,R,S,1] (M >= 1 filters per input channel), y [N,P,Q,C*M].
-inline void check_depthwise_shapes(const char* op, const Conv2dParams& p, const Tensor& x, const char* xn,
-                                   const Tensor& w, const Tensor& y, const char* yn) {
+// x [N,H,W,C], w as `filters` says, y [N,P,Q,K] (K = w.shape[0]): all shapes consistent with p.
+inline void check_conv_shapes(const char* op, const Conv2dParams& p, const Tensor& x, const char* xn, const Tensor& w,
+                              const Tensor& y, const char* yn, ConvFilters filters = ConvFilters::Dense) {
   check_conv_params(op, p);
   require_rank(op, xn, x, 4);
   require_rank(op, "w", w, 4);
   require_rank(op, yn, y, 4);
-  MPX_VALIDATE(w.shape[1] == p.R && w.shape[2] == p.S && w.shape[3] == 1,
-               "{}: w {} must be [C*M, R, S, 1] with R={} S={} from the geometry", op, w.str(), p.R, p.S);
-  const int64_t C = x.shape[3];
-  MPX_VALIDATE(C > 0 && w.shape[0] > 0 && w.shape[0] % C == 0,
-               "{}: w {} must have a multiple of the {} channels of {} {} filters (C*M)", op, w.str(), C, xn, x.str());
+  if (filters == ConvFilters::Dense) {
+    MPX_VALIDATE(w.shape[1] == p.R && w.shape[2] == p.S,
+                 "{}: w {} must be [K, R, S, C] with R={} S={} from the geometry", op, w.str(), p.R, p.S);
+    MPX_VALIDATE(x.shape[3] == w.shape[3], "{}: {} {} and w {} disagree on C", op, xn, x.str(), w.str());
+  } else {
+    MPX_VALIDATE(w.shape[1] == p.R && w.shape[2] == p.S && w.shape[3] == 1,
+                 "{}: w {} must be [C*M, R, S, 1] with R={} S={} from the geometry", op, w.str(), p.R, p.S);
+    const int64_t C = x.shape[3];
+    MPX_VALIDATE(C > 0 && w.shape[0] > 0 && w.shape[0] % C == 0,
+                 "{}: w {} must have a multiple of the {} channels of {} {} filters (C*M)", op, w.str(), C, xn,
+                 x.str());
+  }
   const int P = p.out_h(static_cast<int>(x.shape[1])), Q = p.out_w(static_cast<int>(x.shape[2]));
   MPX_VALIDATE(P > 0 && Q > 0, "{}: {} {} is smaller than the {}x{} filter with this padding", op, xn, x.str(), p.R,
                p.S);

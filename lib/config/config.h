@@ -78,32 +78,20 @@ struct LayerConfig {
   LayerType type = LayerType::Dense;  // required in the YAML
   std::string name;  // default (Keras style): <type>, then <type>_1, <type>_2, ... unique over the model
   std::optional<LayerDType> dtype;  // unset = the model's policy
-  // conv2d / dense
-  int64_t filters = 0;  // conv2d
-  int64_t units = 0;    // dense
-  int64_t depth_multiplier = 1;  // depthwise_conv2d: filters per input channel
-  int kernel_h = 3, kernel_w = 3;
-  int stride_h = 1, stride_w = 1;
-  Padding padding = Padding::Valid;  // conv2d, depthwise_conv2d, pools
-  bool use_bias = true;
-  KernelInit kernel_initializer = KernelInit::GlorotUniform;  // conv2d
-  ActivationName activation = ActivationName::Linear;  // core/activation.h's names, or softmax
-  double negative_slope = 0.2;  // leaky_relu (Keras 3's activation default; Keras 2's layer had 0.3)
-  // pools
-  int pool_h = 2, pool_w = 2;
-  int pool_stride_h = 0, pool_stride_w = 0;  // 0 = pool size (the loader always fills them in)
-  // dropout
-  double rate = 0.5;
-  // batch_norm
-  double momentum = 0.99, epsilon = 1e-3;
-  bool scale = true;  // batch_norm: a learned gamma (false: gamma is fixed at 1, Keras scale=False)
-  // dense: the output (logits) multiplied by this constant after the bias
-  double output_scale = 1.0;
-  // conv2d, kernel_initializer patch_whitening: the training images it reads, and eps
-  int64_t whitening_images = 5000;
-  double whitening_epsilon = 5e-4;
-  // residual
-  std::vector<LayerConfig> layers;
+  // Keys that several types share (LayerShares in config/enums.h).
+  int kernel_h = 3, kernel_w = 3;  // kConvWindow
+  int stride_h = 1, stride_w = 1;  // kConvWindow
+  int pool_h = 2, pool_w = 2;      // kPoolWindow
+  int pool_stride_h = 0, pool_stride_w = 0;  // kPoolWindow; 0 = pool size (the loader always fills them in)
+  Padding padding = Padding::Valid;  // kPadding
+  bool use_bias = true;              // kBias
+  ActivationName activation = ActivationName::Linear;  // kActivation: core/activation.h's names, or softmax
+  double negative_slope = 0.2;  // kActivation, leaky_relu (Keras 3's activation default; Keras 2's layer had 0.3)
+  // The keys of one type each: `filters` (conv2d), `units` (dense), `rate` (dropout), `layers`
+  // (residual), ... as the layer table declares them.
+#define MPX_LAYER_KEY(id, type, field, init, ...) type field = init;
+#define MPX_LAYER_SIZE(id, type, field, init, ...) type field = init;
+#include "config/layer_table.inc"
   /// Position in the YAML for error messages ("model.layers[3]", line, column).
   std::string key_path;
   int line = 0, column = 0;

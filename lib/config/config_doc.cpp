@@ -89,7 +89,7 @@ std::string layer_sections() {
 std::string config_reference_markdown() {
   std::string out =
       "# Config reference\n\n"
-      "<!-- Generated from lib/config/schema_table.cpp by `mpx config-reference > docs/config.md`;\n"
+      "<!-- Generated from lib/config/schema_table.cpp and layer_table.inc by `mpx config-reference > docs/config.md`;\n"
       "     do not edit by hand: tests/test_config_schema.cpp fails when this file and the schema differ. -->\n\n"
       "One YAML file describes a run (examples in configs/). Every key has a default except\n"
       "`data.dataset` and `model.layers`; an unknown key is an error that names the file, line,\n"

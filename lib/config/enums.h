@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,11 +54,6 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 #define MPX_LOSS_SCALE_MODES(X) X(Dynamic, "dynamic") X(Fixed, "fixed") X(None, "none")
 #define MPX_DATASETS(X) \
   X(Mnist, "mnist") X(FashionMnist, "fashion_mnist") X(Cifar10, "cifar10") X(Synthetic, "synthetic")
-#define MPX_LAYER_TYPES(X)                                                                        \
-  X(Conv2d, "conv2d") X(Dense, "dense") X(Activation, "activation") X(MaxPool, "max_pool")        \
-  X(AvgPool, "avg_pool") X(GlobalAvgPool, "global_avg_pool") X(Flatten, "flatten")                \
-  X(Dropout, "dropout") X(BatchNorm, "batch_norm") X(Residual, "residual")                       \
-  X(DepthwiseConv2d, "depthwise_conv2d")
 /// A layer's `dtype:`: a policy name, or the bare 16-bit dtype (same meaning; kept as written).
 #define MPX_LAYER_DTYPES(X)                                                                       \
   X(Float32, "float32") X(MixedFloat16, "mixed_float16") X(MixedBFloat16, "mixed_bfloat16")       \
@@ -85,7 +81,47 @@ struct HasEnumTable<E, std::void_t<decltype(EnumTraits<E>::table)>> : std::true_
 MPX_DEFINE_ENUM(Policy, MPX_POLICIES)
 MPX_DEFINE_ENUM(LossScaleMode, MPX_LOSS_SCALE_MODES)
 MPX_DEFINE_ENUM(DatasetName, MPX_DATASETS)
-MPX_DEFINE_ENUM(LayerType, MPX_LAYER_TYPES)
+/// A layer's `type:`, one value per row of config/layer_table.inc.
+enum class LayerType {
+#define MPX_LAYER(id, ...) id,
+#include "config/layer_table.inc"
+};
+template <>
+struct EnumTraits<LayerType> {
+  using Self = LayerType;
+  static constexpr EnumEntry<LayerType> table[] = {
+#define MPX_LAYER(id, text, ...) {Self::id, text},
+#include "config/layer_table.inc"
+  };
+};
+
+/// The keys a layer type has in common with other types (the layer table's `shares`).
+enum LayerShares : uint32_t {
+  kConvWindow = 1u << 0,  // kernel, strides (a convolution's window)
+  kPoolWindow = 1u << 1,  // pool_size, strides (a pooling window; strides default to pool_size)
+  kPadding = 1u << 2,     // padding
+  kBias = 1u << 3,        // use_bias
+  kActivation = 1u << 4,  // activation, negative_slope
+};
+
+/// The layer table's `shares` of `t`.
+constexpr uint32_t layer_shares(LayerType t) {
+  switch (t) {
+#define MPX_LAYER(id, text, factory, shares) \
+  case LayerType::id:                        \
+    return shares;
+#include "config/layer_table.inc"
+  }
+  return 0;
+}
+
+/// A bit per LayerType (bit static_cast<int>(t)) of the types whose shares include `flags`.
+constexpr uint32_t layer_types_sharing(uint32_t flags) {
+  uint32_t mask = 0;
+  for (const auto& r : EnumTraits<LayerType>::table)
+    if ((layer_shares(r.value) & flags) == flags) mask |= 1u << static_cast<int>(r.value);
+  return mask;
+}
 MPX_DEFINE_ENUM(LayerDType, MPX_LAYER_DTYPES)
 MPX_DEFINE_ENUM(Padding, MPX_PADDINGS)
 /// A layer's `activation:` (lib/backend's Activation is the fused op it becomes).

@@ -101,6 +101,11 @@ struct Key {
     for (LayerType t : types) layer_types |= 1u << static_cast<int>(t);
     return std::move(*this);
   }
+  /// A key of the types in `mask` (a bit per LayerType, as layer_types_sharing gives).
+  Key&& only_types(uint32_t mask) && {
+    layer_types = mask;
+    return std::move(*this);
+  }
 };
 
 /// A check over one mapping once all its keys are read, e.g. data.normalize:

@@ -242,44 +242,31 @@ const std::vector<Key<LayerConfig>>& layer_keys() {
   using T = LayerType;
   using R = Range;
   const auto k = [](auto&&... a) { return key<LayerConfig>(std::forward<decltype(a)>(a)...); };
+  constexpr auto sharing = layer_types_sharing;
   // clang-format off
   static const std::vector<Key<LayerConfig>> keys = {
     MPX_KEY(type, Enum<LayerType>(), "the layer type").req(),
     MPX_KEY(name, Str(), "unique over the model").doc_default("<type>, <type>_1, ... (Keras style)"),
     MPX_KEY(dtype, OptEnum<LayerDType>(), "compute dtype of this layer (float16 = mixed_float16)")
       .doc_default("the model's policy"),
-    MPX_KEY(filters, Int(1, kIntMax), "output channels").only({T::Conv2d}).req(),
-    MPX_KEY(units, Int(1, kIntMax), "output features").only({T::Dense}).req(),
-    MPX_KEY(depth_multiplier, Int(1, kIntMax), "filters per input channel (output channels = input channels * this)")
-      .only({T::DepthwiseConv2d}),
-    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only({T::Conv2d, T::DepthwiseConv2d}),
-    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only({T::Conv2d, T::DepthwiseConv2d})
-      .aka("stride"),
-    k("pool_size", MPX_HW(pool_h, pool_w), Pair(1, 1024), "window size").only({T::MaxPool, T::AvgPool}).aka("size"),
+    // The keys of one type each (the layer table): the ones that size a layer here, the
+    // others after the shared window, padding and bias keys.
+#define MPX_LAYER_SIZE(id, type, field, init, value, help, ...) MPX_KEY(field, value, help).only({T::id}) __VA_ARGS__,
+#include "config/layer_table.inc"
+    // The keys that several types share: the types whose table row names them.
+    k("kernel", MPX_HW(kernel_h, kernel_w), Pair(1, 1024), "kernel size").only_types(sharing(kConvWindow)),
+    k("strides", MPX_HW(stride_h, stride_w), Pair(1, 1024), "strides").only_types(sharing(kConvWindow)).aka("stride"),
+    k("pool_size", MPX_HW(pool_h, pool_w), Pair(1, 1024), "window size").only_types(sharing(kPoolWindow)).aka("size"),
     k("strides", MPX_HW(pool_stride_h, pool_stride_w), Pair(1, 1024), "strides")
-      .only({T::MaxPool, T::AvgPool}).aka("stride").derived(default_pool_strides, "pool_size"),
-    MPX_KEY(padding, Enum<Padding>(), "same: output size = ceil(input / stride)")
-      .only({T::Conv2d, T::DepthwiseConv2d, T::MaxPool, T::AvgPool}),
-    MPX_KEY(use_bias, Bool(), "add a bias").only({T::Conv2d, T::DepthwiseConv2d, T::Dense}),
-    MPX_KEY(kernel_initializer, Enum<KernelInit>(),
-      "glorot_uniform, or dirac: the first min(filters, input channels) filters pass their own channel through "
-      "(1 at the kernel's centre), the others glorot_uniform; patch_whitening: from the training images' patch "
-      "covariance (2 x kernel area x channels filters)").only({T::Conv2d}),
-    MPX_KEY(whitening_images, Int(1, kI64Max), "patch_whitening: the first this many training images")
-      .only({T::Conv2d}).only_if(whitening_only, use_whitening),
-    MPX_KEY(whitening_epsilon, Num(R::gt(0)), "patch_whitening: added to each eigenvalue")
-      .only({T::Conv2d}).only_if(whitening_only, use_whitening),
-    MPX_KEY(output_scale, Num(R::any()), "the output multiplied by this constant (after the bias)").only({T::Dense}),
+      .only_types(sharing(kPoolWindow)).aka("stride").derived(default_pool_strides, "pool_size"),
+    MPX_KEY(padding, Enum<Padding>(), "same: output size = ceil(input / stride)").only_types(sharing(kPadding)),
+    MPX_KEY(use_bias, Bool(), "add a bias").only_types(sharing(kBias)),
+#define MPX_LAYER_KEY(id, type, field, init, value, help, ...) MPX_KEY(field, value, help).only({T::id}) __VA_ARGS__,
+#include "config/layer_table.inc"
     MPX_KEY(activation, Enum<ActivationName>(), "fused activation (softmax: last layer only)")
-      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}),
+      .only_types(sharing(kActivation)),
     MPX_KEY(negative_slope, Num(R::ge(0)), "leaky_relu: slope for x < 0 (Keras 3's default)")
-      .only({T::Conv2d, T::DepthwiseConv2d, T::Dense, T::Activation}).only_if(leaky_relu_only, use_leaky_relu),
-    MPX_KEY(rate, Num(R::half_open(0, 1)), "fraction of inputs dropped in training").only({T::Dropout}),
-    MPX_KEY(momentum, Num(R::closed(0, 1)), "moving-average momentum").only({T::BatchNorm}),
-    MPX_KEY(epsilon, Num(R::gt(0)), "added to the variance").only({T::BatchNorm}),
-    MPX_KEY(scale, Bool(), "a learned gamma (false: gamma is 1, as Keras' scale=False)").only({T::BatchNorm}),
-    MPX_KEY(layers, Layers(), "the block, added to its input (1x1 projection when the shapes differ)")
-      .only({T::Residual}).req(),
+      .only_types(sharing(kActivation)).only_if(leaky_relu_only, use_leaky_relu),
   };
   // clang-format on
   return keys;

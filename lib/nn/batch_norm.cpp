@@ -81,8 +81,8 @@ class BatchNorm : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
-  return std::make_unique<BatchNorm>(c, cfg, in, t, depth);
+std::unique_ptr<Layer> make_batch_norm(const LayerArgs& a) {
+  return std::make_unique<BatchNorm>(a.c, a.cfg, a.in, a.t, a.depth);
 }
 
 }  // namespace mpx::nn

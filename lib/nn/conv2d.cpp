@@ -13,30 +13,13 @@ namespace mpx::nn {
 
 namespace {
 
-class Conv2d : public Layer {
+class Conv2d : public KernelLayer {
  public:
   Conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last)
-      : Layer(cfg, t, in, depth, c.next_layer_index++) {
-    if (in.rank != 3)
-      throw ConfigError(fmt::format("{}: conv2d needs a per-sample [H, W, C] input, got {}", where(cfg), in.str()));
-    if (cfg.filters <= 0 || cfg.kernel_h <= 0 || cfg.kernel_w <= 0 || cfg.stride_h <= 0 || cfg.stride_w <= 0)
-      throw ConfigError(fmt::format("{}: filters ({}), kernel ({}x{}) and strides ({}x{}) must be positive",
-                                    where(cfg), cfg.filters, cfg.kernel_h, cfg.kernel_w, cfg.stride_h, cfg.stride_w));
+      : KernelLayer(cfg, t, in, depth, c.next_layer_index++), p_(conv_window(cfg, in, "filters", cfg.filters)) {
     const int H = static_cast<int>(in[0]), W = static_cast<int>(in[1]);
     const int64_t C = in[2], K = cfg.filters;
-    p_.R = cfg.kernel_h;
-    p_.S = cfg.kernel_w;
-    p_.stride_h = cfg.stride_h;
-    p_.stride_w = cfg.stride_w;
-    if (cfg.padding == Padding::Same) {  // else valid: no padding
-      same_pad(H, p_.R, p_.stride_h, p_.pad_top, p_.pad_bottom);
-      same_pad(W, p_.S, p_.stride_w, p_.pad_left, p_.pad_right);
-    }
-    const int P = p_.out_h(H), Q = p_.out_w(W);  // compare sizes first: the formula truncates toward zero
-    if (H + p_.pad_top + p_.pad_bottom < p_.R || W + p_.pad_left + p_.pad_right < p_.S || P <= 0 || Q <= 0)
-      throw ConfigError(fmt::format("{}: input {} is smaller than the {}x{} kernel with padding {}", where(cfg),
-                                    in.str(), p_.R, p_.S, cfg.padding));
-    out_shape_ = Shape{P, Q, K};
+    out_shape_ = Shape{p_.out_h(H), p_.out_w(W), K};
     // Accepted (padding same), but the rows and columns past the input only ever meet padding zeros.
     if (p_.R > H || p_.S > W)
       spdlog::warn("{}: the {}x{} kernel is larger than its {}x{} input: part of its weights only ever multiply "
@@ -56,14 +39,9 @@ class Conv2d : public Layer {
     kernel_ = c.add_param(name(), "kernel", Shape{K, p_.R, p_.S, C}, true, Init::Glorot,
                           {ExportLayout::ConvKernel, "weight"}, rs * C, rs * K);
     param_ids_.push_back(kernel_);
-    if (cfg.use_bias) {
-      bias_ = c.add_param(name(), "bias", Shape{K}, true, Init::Zeros, {ExportLayout::AsIs});
-      param_ids_.push_back(bias_);
-    }
-    if (is_16bit(t)) c.need_scratch(K * rs * C, K);
+    add_bias(c, K, K * rs * C);
     if (cfg.kernel_initializer == KernelInit::Dirac) c.inits[static_cast<size_t>(kernel_)] = Init::Dirac;
-    y_ = c.plan(t, out_shape_, name() + " output", true);
-    act_.plan(c, cfg, is_last, t, out_shape_);
+    plan_output(c, is_last);
   }
 
   // Only a layer whose input gradient is computed (every one but the first) plans it; that is
@@ -76,39 +54,27 @@ class Conv2d : public Layer {
   bool ends_in_relu() const override { return act_.is_relu(); }
   void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
 
-  Tensor forward(Context& c, const Tensor& x) override {
-    x_ = x;
-    const Tensor y = y_.at(x.shape[0]);
-    c.be->conv2d_forward(p_, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y,
-                         act_.act, act_.pre_at(c, x.shape[0]));
-    return y;
-  }
-
-  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
-    const int64_t n = dy.shape[0];
-    const Tensor g = act_.backward(c, y_.at(n), dy);
-    weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
-      c.be->conv2d_backward_filter(p_, x_, g, dw, db);
-    });
-    if (!need_dx) return Tensor();
-    const Tensor dx = dx_.at(n);
-    c.be->conv2d_backward_data(p_, g, c.weight(kernel_, dtype_), dx);
-    return dx;
-  }
-
  private:
+  void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                   const Tensor& pre) override {
+    c.be->conv2d_forward(p_, x, w, b, y, act_.act, pre);
+  }
+  void run_backward_weights(Context& c, const Tensor& x, const Tensor& g, const Tensor& dw,
+                            const Tensor& db) override {
+    c.be->conv2d_backward_filter(p_, x, g, dw, db);
+  }
+  void run_backward_data(Context& c, const Tensor& g, const Tensor& w, const Tensor& dx) override {
+    c.be->conv2d_backward_data(p_, g, w, dx);
+  }
+
   Conv2dParams p_;
-  FusedActivation act_;
-  int kernel_ = -1, bias_ = -1;
-  Planned y_;
-  Tensor x_;
   std::string no_input_grad_;  // why the device cannot run backward data here; empty when it can
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last) {
-  return std::make_unique<Conv2d>(c, cfg, in, t, depth, is_last);
+std::unique_ptr<Layer> make_conv2d(const LayerArgs& a) {
+  return std::make_unique<Conv2d>(a.c, a.cfg, a.in, a.t, a.depth, a.is_last);
 }
 
 }  // namespace mpx::nn

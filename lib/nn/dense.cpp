@@ -10,10 +10,10 @@ namespace mpx::nn {
 
 namespace {
 
-class Dense : public Layer {
+class Dense : public KernelLayer {
  public:
   Dense(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last)
-      : Layer(cfg, t, in, depth, c.next_layer_index++) {
+      : KernelLayer(cfg, t, in, depth, c.next_layer_index++) {
     if (in.rank != 1)
       throw ConfigError(fmt::format(
           "{}: dense needs a flat per-sample input but gets {} from the layer before it; add a flatten or "
@@ -29,46 +29,28 @@ class Dense : public Layer {
     kernel_ = c.add_param(name(), "kernel", Shape{cout, cin}, true, Init::Glorot, {ExportLayout::DenseKernel, "weight"},
                           cin, cout);
     param_ids_.push_back(kernel_);
-    if (cfg.use_bias) {
-      bias_ = c.add_param(name(), "bias", Shape{cout}, true, Init::Zeros, {ExportLayout::AsIs});
-      param_ids_.push_back(bias_);
-    }
-    if (is_16bit(t)) c.need_scratch(cout * cin, cout);
-    y_ = c.plan(t, out_shape_, name() + " output", true);
-    act_.plan(c, cfg, is_last, t, out_shape_);
-  }
-
-  Tensor forward(Context& c, const Tensor& x) override {
-    x_ = x;
-    const Tensor y = y_.at(x.shape[0]);
-    c.be->dense_forward(x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, act_.act,
-                        act_.pre_at(c, x.shape[0]));
-    return y;
-  }
-
-  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
-    const int64_t n = dy.shape[0];
-    const Tensor g = act_.backward(c, y_.at(n), dy);
-    weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
-      c.be->dense_backward_weights(x_, g, dw, db);
-    });
-    if (!need_dx) return Tensor();
-    const Tensor dx = dx_.at(n);
-    c.be->dense_backward_data(g, c.weight(kernel_, dtype_), dx);
-    return dx;
+    add_bias(c, cout, cout * cin);
+    plan_output(c, is_last);
   }
 
  private:
-  FusedActivation act_;
-  int kernel_ = -1, bias_ = -1;
-  Planned y_;
-  Tensor x_;
+  void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                   const Tensor& pre) override {
+    c.be->dense_forward(x, w, b, y, act_.act, pre);
+  }
+  void run_backward_weights(Context& c, const Tensor& x, const Tensor& g, const Tensor& dw,
+                            const Tensor& db) override {
+    c.be->dense_backward_weights(x, g, dw, db);
+  }
+  void run_backward_data(Context& c, const Tensor& g, const Tensor& w, const Tensor& dx) override {
+    c.be->dense_backward_data(g, w, dx);
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_dense(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last) {
-  return std::make_unique<Dense>(c, cfg, in, t, depth, is_last);
+std::unique_ptr<Layer> make_dense(const LayerArgs& a) {
+  return std::make_unique<Dense>(a.c, a.cfg, a.in, a.t, a.depth, a.is_last);
 }
 
 }  // namespace mpx::nn

@@ -110,17 +110,16 @@ class Dropout : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_activation(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
-                                       bool is_last) {
-  return std::make_unique<ActivationLayer>(c, cfg, in, t, depth, is_last);
+std::unique_ptr<Layer> make_activation(const LayerArgs& a) {
+  return std::make_unique<ActivationLayer>(a.c, a.cfg, a.in, a.t, a.depth, a.is_last);
 }
 
-std::unique_ptr<Layer> make_flatten(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
-  return std::make_unique<Flatten>(c, cfg, in, t, depth);
+std::unique_ptr<Layer> make_flatten(const LayerArgs& a) {
+  return std::make_unique<Flatten>(a.c, a.cfg, a.in, a.t, a.depth);
 }
 
-std::unique_ptr<Layer> make_dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
-  return std::make_unique<Dropout>(c, cfg, in, t, depth);
+std::unique_ptr<Layer> make_dropout(const LayerArgs& a) {
+  return std::make_unique<Dropout>(a.c, a.cfg, a.in, a.t, a.depth);
 }
 
 }  // namespace mpx::nn

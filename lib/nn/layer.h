@@ -188,6 +188,42 @@ class Layer {
   void weight_grads(Context& c, int kernel_id, int bias_id, Fn fn);
 };
 
+/// @brief A layer with a kernel, an optional bias and a fused activation (conv2d,
+/// depthwise_conv2d, dense): its forward and backward passes around the three backend ops
+/// its subclass names. The subclass adds the kernel (it knows its shape, fans and export
+/// layout), then calls add_bias and plan_output.
+class KernelLayer : public Layer {
+ public:
+  using Layer::Layer;
+  Tensor forward(Context& c, const Tensor& x) override;
+  Tensor backward(Context& c, const Tensor& dy, bool need_dx) override;
+
+ protected:
+  /// The bias of `units` outputs when cfg.use_bias, and the 16-bit scratch for the
+  /// kernel's `kernel_numel` weights and the bias.
+  void add_bias(Context& c, int64_t units, int64_t kernel_numel);
+  /// The output buffer and the fused activation's.
+  void plan_output(Context& c, bool is_last);
+  /// y = act(x * w + b); b may be empty.
+  virtual void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                           const Tensor& pre) = 0;
+  /// dw and db (db may be empty) from the layer's input x and the gradient g before the activation.
+  virtual void run_backward_weights(Context& c, const Tensor& x, const Tensor& g, const Tensor& dw,
+                                    const Tensor& db) = 0;
+  /// dx from g and w.
+  virtual void run_backward_data(Context& c, const Tensor& g, const Tensor& w, const Tensor& dx) = 0;
+
+  FusedActivation act_;
+  int kernel_ = -1, bias_ = -1;
+  Planned y_;
+  Tensor x_;
+};
+
+/// The window of a convolution layer (conv2d, depthwise_conv2d) over a per-sample [H, W, C]
+/// input, Keras "same"/"valid" padding: the rank, the window's and `count_key`'s
+/// (filters, depth_multiplier) positivity and the output size checked, errors naming `cfg`.
+Conv2dParams conv_window(const LayerConfig& cfg, Shape in, const char* count_key, int64_t count);
+
 /// The contiguous range of the gradient arena holding layer `l`'s own trainable
 /// parameters (count 0 when it has none).
 GradRange grad_range(const Context& c, const Layer& l);
@@ -250,20 +286,22 @@ inline void same_pad(int H, int R, int s, int& lo, int& hi) {
 std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType dtype,
                                   std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx);
 
-// Factories of the individual layer types (one file each).
-std::unique_ptr<Layer> make_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
-std::unique_ptr<Layer> make_depthwise_conv2d(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
-                                             bool is_last);
-std::unique_ptr<Layer> make_dense(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth, bool is_last);
-std::unique_ptr<Layer> make_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
-std::unique_ptr<Layer> make_global_avg_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
-std::unique_ptr<Layer> make_activation(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth,
-                                       bool is_last);
-std::unique_ptr<Layer> make_flatten(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
-std::unique_ptr<Layer> make_dropout(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
-std::unique_ptr<Layer> make_batch_norm(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth);
-std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
-                                     std::optional<LayerDType> inherited_dtype, int depth);
+/// What a layer's factory builds it from: its config, its input shape, its compute dtype,
+/// the `dtype:` it inherits from an enclosing block (residual), its nesting depth, and
+/// whether it is the top-level layer that produces the logits.
+struct LayerArgs {
+  Context& c;
+  const LayerConfig& cfg;
+  Shape in;
+  DType t;
+  std::optional<LayerDType> inherited_dtype;
+  int depth;
+  bool is_last;
+};
+
+// The factory of every layer type (config/layer_table.inc names them; one file each).
+#define MPX_LAYER(id, text, factory, shares) std::unique_ptr<Layer> factory(const LayerArgs& a);
+#include "config/layer_table.inc"
 
 /// Maps cfg.activation (core/activation.h's names, with cfg.negative_slope for leaky_relu) to
 /// the activation; softmax is the identity here (fused into the loss); throws for softmax

@@ -108,12 +108,12 @@ class GlobalAvgPool : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
-  return std::make_unique<Pool>(c, cfg, in, t, depth);
+std::unique_ptr<Layer> make_pool(const LayerArgs& a) {
+  return std::make_unique<Pool>(a.c, a.cfg, a.in, a.t, a.depth);
 }
 
-std::unique_ptr<Layer> make_global_avg_pool(Context& c, const LayerConfig& cfg, Shape in, DType t, int depth) {
-  return std::make_unique<GlobalAvgPool>(c, cfg, in, t, depth);
+std::unique_ptr<Layer> make_global_avg_pool(const LayerArgs& a) {
+  return std::make_unique<GlobalAvgPool>(a.c, a.cfg, a.in, a.t, a.depth);
 }
 
 }  // namespace mpx::nn

@@ -43,7 +43,7 @@ class Residual : public Layer {
             "{}: no strided 1x1 projection maps the block input {} to the branch output {}; make the branch keep "
             "the spatial size or divide it by an integer stride",
             where(cfg), in.str(), out_shape_.str()));
-      proj_ = make_conv2d(c, p, in, t, depth + 1, false);
+      proj_ = make_conv2d({c, p, in, t, std::nullopt, depth + 1, false});
       proj_->plan_dx(c);
     }
     if (branch_.out_dtype() != t) {
@@ -121,9 +121,8 @@ class Residual : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_residual(Context& c, const LayerConfig& cfg, Shape in, DType t,
-                                     std::optional<LayerDType> inherited_dtype, int depth) {
-  return std::make_unique<Residual>(c, cfg, in, t, inherited_dtype, depth);
+std::unique_ptr<Layer> make_residual(const LayerArgs& a) {
+  return std::make_unique<Residual>(a.c, a.cfg, a.in, a.t, a.inherited_dtype, a.depth);
 }
 
 }  // namespace mpx::nn

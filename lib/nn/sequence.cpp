@@ -344,24 +344,16 @@ void Sequence::collect_backward(std::vector<const Layer*>& out) const {
 std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, DType t,
                                   std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx) {
   std::unique_ptr<Layer> l;
-  using T = LayerType;
-  const T ty = cfg.type;
-  if (ty != T::Activation && ty != T::Conv2d && ty != T::DepthwiseConv2d && ty != T::Dense)
-    parse_activation(cfg, is_last);  // defaults: linear
-  switch (ty) {
-    case T::Conv2d: l = make_conv2d(c, cfg, in, t, depth, is_last); break;
-    case T::DepthwiseConv2d: l = make_depthwise_conv2d(c, cfg, in, t, depth, is_last); break;
-    case T::Dense: l = make_dense(c, cfg, in, t, depth, is_last); break;
-    case T::MaxPool:
-    case T::AvgPool: l = make_pool(c, cfg, in, t, depth); break;
-    case T::GlobalAvgPool: l = make_global_avg_pool(c, cfg, in, t, depth); break;
-    case T::Activation: l = make_activation(c, cfg, in, t, depth, is_last); break;
-    case T::Flatten: l = make_flatten(c, cfg, in, t, depth); break;
-    case T::Dropout: l = make_dropout(c, cfg, in, t, depth); break;
-    case T::BatchNorm: l = make_batch_norm(c, cfg, in, t, depth); break;
-    case T::Residual: l = make_residual(c, cfg, in, t, inherited_dtype, depth); break;
+  if (!(layer_shares(cfg.type) & kActivation)) parse_activation(cfg, is_last);  // defaults: linear
+  const LayerArgs args{c, cfg, in, t, inherited_dtype, depth, is_last};
+  switch (cfg.type) {
+#define MPX_LAYER(id, text, factory, shares) \
+  case LayerType::id:                        \
+    l = factory(args);                       \
+    break;
+#include "config/layer_table.inc"
   }
-  if (!l) throw ConfigError(fmt::format("{}: unknown layer type {}", where(cfg), static_cast<int>(ty)));
+  if (!l) throw ConfigError(fmt::format("{}: unknown layer type {}", where(cfg), static_cast<int>(cfg.type)));
   if (need_dx) l->plan_dx(c);
   return l;
 }
