@@ -186,3 +186,69 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; f
   else if (!native)
     CHECK(named == 3);  // forward, backward data, weight gradient
 }
+
+TEST_CASE("a float32 dense layer takes its 16-bit input as it is and returns its input gradient in it",
+          "[backend][cpu][dense]") {
+  // The input cast folded into the ops: x and dx 16-bit, w, b, y, dy, dw and db float32. The
+  // same numbers as the float32 ops on the widened x with dx rounded once afterwards: bit for
+  // bit on oneDNN's path (32 outputs), within float32 summation of the float64 reference on
+  // mpx's few-output loops (10), which read x as it is.
+  const DType t = GENERATE(DType::BF16, DType::F16);
+  const int64_t Co = GENERATE(10, 32);
+  INFO(dtype_name(t) << ", " << Co << " outputs");
+  support::CpuDev d;
+  Rng rng(31);
+  const int64_t N = 5, Ci = 300;
+  std::vector<float> xv, wv, bv, dyv;
+  Tensor x = d.rand(rng, t, Shape{N, Ci}, &xv), w = d.rand(rng, DType::F32, Shape{Co, Ci}, &wv);
+  Tensor b = d.rand(rng, DType::F32, Shape{Co}, &bv), dy = d.rand(rng, DType::F32, Shape{N, Co}, &dyv);
+  Tensor y = d.make(DType::F32, Shape{N, Co}), dx = d.make(t, Shape{N, Ci});
+  Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co});
+  d.be->dense_forward(x, w, b, y, Activation::None);
+  d.be->dense_backward_data(dy, w, dx);
+  d.be->dense_backward_weights(x, dy, dw, db);
+  const Vec rb = support::widen(bv);
+  Vec rdb;
+  support::check_close("y", d.get(y),
+                       ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb, Activation::None),
+                       DType::F32);
+  support::check_close("dx", d.get(dx), ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)),
+                       t);
+  support::check_close("dw", d.get(dw),
+                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb),
+                       DType::F32);
+  support::check_close("db", d.get(db), rdb, DType::F32);
+  if (Co > cpu::kDenseFewMaxOut) {  // against the cast written out: widen x, run in float32, round dx
+    Tensor x32 = d.make(DType::F32, Shape{N, Ci}), y32 = d.make(DType::F32, Shape{N, Co});
+    Tensor dx32 = d.make(DType::F32, Shape{N, Ci}), dx16 = d.make(t, Shape{N, Ci});
+    Tensor dw32 = d.make(DType::F32, Shape{Co, Ci}), db32 = d.make(DType::F32, Shape{Co});
+    d.be->cast(x, x32);
+    d.be->dense_forward(x32, w, b, y32, Activation::None);
+    d.be->dense_backward_data(dy, w, dx32);
+    d.be->cast(dx32, dx16);
+    d.be->dense_backward_weights(x32, dy, dw32, db32);
+    support::check_exact("y", d.get(y), d.get(y32));
+    support::check_exact("dx", d.get(dx), d.get(dx16));
+    support::check_exact("dw", d.get(dw), d.get(dw32));
+    support::check_exact("db", d.get(db), d.get(db32));
+  }
+}
+
+TEST_CASE("dense ops: a float32 input or input gradient of a 16-bit layer, or outputs of another dtype, are refused",
+          "[backend][cpu][dense]") {
+  support::CpuDev d;
+  Rng rng(37);
+  Tensor x16 = d.rand(rng, DType::BF16, Shape{2, 8}, nullptr), x32 = d.rand(rng, DType::F32, Shape{2, 8}, nullptr);
+  Tensor w16 = d.rand(rng, DType::BF16, Shape{3, 8}, nullptr);
+  Tensor y16 = d.make(DType::BF16, Shape{2, 3}), y32 = d.make(DType::F32, Shape{2, 3});
+  REQUIRE_THROWS_WITH(d.be->dense_forward(x32, w16, Tensor(), y16, Activation::None),
+                      Catch::Contains("dense_forward: x float32[2, 8] must have the dtype of w (bfloat16)"));
+  REQUIRE_THROWS_WITH(d.be->dense_forward(x16, w16, Tensor(), y32, Activation::None),
+                      Catch::Contains("dense_forward: w bfloat16[3, 8] and y float32[2, 3] must have the same dtype"));
+  Tensor dy16 = d.rand(rng, DType::BF16, Shape{2, 3}, nullptr), dx32 = d.make(DType::F32, Shape{2, 8});
+  REQUIRE_THROWS_WITH(d.be->dense_backward_data(dy16, w16, dx32),
+                      Catch::Contains("dense_backward_data: dx float32[2, 8] must have the dtype of dy (bfloat16)"));
+  Tensor dw = d.make(DType::F32, Shape{3, 8});
+  REQUIRE_THROWS_WITH(d.be->dense_backward_weights(x32, dy16, dw, Tensor()),
+                      Catch::Contains("dense_backward_weights: x float32[2, 8] must have the dtype of dy (bfloat16)"));
+}

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -710,4 +711,60 @@ TEST_CASE("depthwise_conv2d: output shape, parameters, shape and config errors",
   e = yaml_error("{type: depthwise_conv2d, filters: 8}");
   CHECK(e.find("filters") != std::string::npos);
   CHECK(yaml_error("{type: depthwise_conv2d, kernel: 3, depth_multiplier: 2, padding: same, activation: relu}").empty());
+}
+
+TEST_CASE("a float32 dense layer after bfloat16 layers reads their output as it is: the casts' numbers, less memory",
+          "[nn][mixed]") {
+  // conv (bfloat16) -> flatten -> dense 32 and dense 10 in float32. The first dense layer takes
+  // the bfloat16 activations without the input cast and returns its input gradient in bfloat16
+  // without the gradient cast (MPX_FOLD_CASTS=0 keeps both casts). Its 32 outputs run oneDNN's
+  // float32 inner product on the widened input either way, so every loss and gradient must be
+  // the same bits; a 10-output layer in its place runs mpx's few-output loops on the bfloat16
+  // input and stays within float32 summation of the cast path.
+  const int64_t units = GENERATE(32, 10);
+  INFO(units << " outputs");
+  auto layers = [&] {
+    LayerConfig d = dense_layer(units, ActivationName::Relu);
+    d.dtype = LayerDType::Float32;
+    LayerConfig head = dense_layer(3);
+    head.dtype = LayerDType::Float32;
+    return std::vector<LayerConfig>{conv_layer(8, 3, 1, Padding::Same, ActivationName::Relu),
+                                    make_layer(LayerType::Flatten), d, head};
+  };
+  auto be = create_backend("cpu");
+  const int n = 5;
+  auto run = [&](bool fold, std::vector<float>& loss, std::vector<float>& grads, size_t& workspace) {
+    if (!fold) ::setenv("MPX_FOLD_CASTS", "0", 1);
+    Model m(model_config(layers()), Policy::MixedBFloat16, *be, 9, 9, 2, 3, n);
+    ::unsetenv("MPX_FOLD_CASTS");
+    m.init_params(6);
+    const auto xh = support::random_vec(n * 9 * 9 * 2, 21);
+    Buffer xb = be->alloc(xh.size() * 4, "x");
+    const Tensor x = xb.view(DType::F32, Shape{n, 9, 9, 2});
+    be->upload(x, xh.data());
+    Buffer db = be->alloc(n * 3 * 4, "dlogits");
+    const Tensor dl = db.view(DType::F32, Shape{n, 3});
+    const auto dlh = support::random_vec(n * 3, 22, -0.25, 0.25);
+    be->upload(dl, dlh.data());
+    loss = download_f32(*be, m.forward_float(x, true));
+    m.backward(dl);
+    grads = download_f32(*be, m.grads());
+    workspace = m.memory_report().workspace_bytes + m.memory_report().activation_bytes;
+  };
+  std::vector<float> lf, gf, lc, gc;
+  size_t mf = 0, mc = 0;
+  run(true, lf, gf, mf);
+  run(false, lc, gc, mc);
+  // The two casts' buffers: the float32 input [n, 648] and the bfloat16 input gradient.
+  CHECK(mc - mf >= static_cast<size_t>(n) * 9 * 9 * 8 * (4 + 2));
+  REQUIRE(lf.size() == lc.size());
+  REQUIRE(gf.size() == gc.size());
+  if (units > 16) {
+    CHECK(lf == lc);
+    CHECK(gf == gc);
+  } else {
+    const double ml = max_abs(lc), mg = max_abs(gc);
+    for (size_t i = 0; i < lf.size(); ++i) CHECK(lf[i] == Approx(lc[i]).margin(1e-5 * ml));
+    for (size_t i = 0; i < gf.size(); ++i) CHECK(gf[i] == Approx(gc[i]).margin(1e-2 * mg));
+  }
 }

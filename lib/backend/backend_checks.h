@@ -67,6 +67,15 @@ inline void require_grad_dtype(const char* op, const char* name, const Tensor& g
                dtype_name(compute), g.str());
 }
 
+/// A float32 layer's tensor `t` that may be its 16-bit input (or input gradient) as it
+/// is: the input cast folded into the op (docs/design.md, "The op table"). `t` has
+/// `compute`, or is 16-bit when `compute` is float32.
+inline void require_layer_input(const char* op, const char* name, const Tensor& t, const char* cn, DType compute) {
+  MPX_VALIDATE(t.dtype == compute || (compute == DType::F32 && is_16bit(t.dtype)),
+               "{}: {} {} must have the dtype of {} ({}), or be 16-bit with {} float32", op, name, t.str(), cn,
+               dtype_name(compute), cn);
+}
+
 inline void check_conv_params(const char* op, const Conv2dParams& p) {
   MPX_VALIDATE(p.R > 0 && p.S > 0 && p.stride_h > 0 && p.stride_w > 0 && p.pad_top >= 0 && p.pad_left >= 0 &&
                    p.pad_bottom >= 0 && p.pad_right >= 0,

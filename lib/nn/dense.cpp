@@ -33,6 +33,10 @@ class Dense : public KernelLayer {
     plan_output(c, is_last);
   }
 
+  // A float32 dense layer after 16-bit layers reads their output as it is (the dense ops take
+  // a 16-bit x and dx with float32 weights: backend/op_table.inc).
+  bool reads_input_as(DType t) const override { return dtype_ == DType::F32 && is_16bit(t); }
+
  private:
   void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                    const Tensor& pre) override {

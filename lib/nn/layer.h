@@ -126,18 +126,27 @@ std::string where(const LayerConfig& cfg);
 /// Per-sample shape with a batch dimension in front.
 Shape with_batch(int64_t n, const Shape& per_sample);
 
-/// @brief One layer. Inputs arrive in the layer's compute dtype (the Sequence casts);
-/// outputs leave in it; backward takes dy in it and returns dx in it.
+/// @brief One layer. Inputs arrive in input_dtype(): the layer's compute dtype (the
+/// Sequence casts), or a 16-bit dtype that the layer reads as it is (reads_input_as);
+/// outputs leave in the compute dtype; backward takes dy in it and returns dx in
+/// input_dtype().
 class Layer {
  public:
   Layer(const LayerConfig& cfg, DType dtype, Shape in_shape, int depth, int index)
-      : cfg_(cfg), dtype_(dtype), in_shape_(in_shape), depth_(depth), index_(index) {}
+      : cfg_(cfg), dtype_(dtype), in_dtype_(dtype), in_shape_(in_shape), depth_(depth), index_(index) {}
   virtual ~Layer() = default;
 
   const std::string& name() const { return cfg_.name; }
   LayerType type() const { return cfg_.type; }
   const LayerConfig& cfg() const { return cfg_; }
   DType dtype() const { return dtype_; }
+  /// The dtype the input arrives in and the input gradient leaves in.
+  DType input_dtype() const { return in_dtype_; }
+  /// Whether the layer can take its input in `t` (not its compute dtype) as it is and return
+  /// its input gradient in `t`, doing the Sequence's two casts inside its ops.
+  virtual bool reads_input_as(DType /*t*/) const { return false; }
+  /// Makes input_dtype() `t` (before plan_dx; only where reads_input_as(t)).
+  void set_input_dtype(DType t) { in_dtype_ = t; }
   Shape in_shape() const { return in_shape_; }
   Shape out_shape() const { return out_shape_; }
   int depth() const { return depth_; }
@@ -177,7 +186,7 @@ class Layer {
 
  protected:
   LayerConfig cfg_;
-  DType dtype_;
+  DType dtype_, in_dtype_;
   Shape in_shape_, out_shape_;
   int depth_, index_;
   std::vector<int> param_ids_;
@@ -283,7 +292,9 @@ inline void same_pad(int H, int R, int s, int& lo, int& hi) {
   hi = total - lo;
 }
 
-std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType dtype,
+/// Builds one layer from its config; its input arrives in `in_dtype` (the layer reads it as it
+/// is where it can, see Layer::reads_input_as; MPX_FOLD_CASTS=0 keeps the casts).
+std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in_shape, DType in_dtype, DType dtype,
                                   std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx);
 
 /// What a layer's factory builds it from: its config, its input shape, its compute dtype,

@@ -210,7 +210,7 @@ void grads_ready(const Context& c, const Layer& l) {
 // ---- Layer defaults ------------------------------------------------------------
 
 void Layer::plan_dx(Context& c) {
-  if (dx_.empty()) dx_ = c.plan(dtype_, in_shape_, name() + " input gradient", false);
+  if (dx_.empty()) dx_ = c.plan(in_dtype_, in_shape_, name() + " input gradient", false);
 }
 
 int64_t Layer::param_count(const Context& c) const {
@@ -250,7 +250,8 @@ void Sequence::build(Context& c, const std::vector<LayerConfig>& cfgs, Shape in_
     c.note_dtype(t, cfg);
     const bool is_last = last_of_model && i + 1 == cfgs.size();
     const bool need_dx = !(first_of_model && i == 0);
-    auto layer = make_layer(c, cfg, out_shape_, t, cfg.dtype ? cfg.dtype : inherited_dtype, depth, is_last, need_dx);
+    auto layer = make_layer(c, cfg, out_shape_, out_dtype_, t, cfg.dtype ? cfg.dtype : inherited_dtype, depth, is_last,
+                            need_dx);
     add_step(c, std::move(layer), out_dtype_, need_dx);
   }
 }
@@ -263,7 +264,7 @@ void Sequence::append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, 
 void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx) {
   Step s;
   s.in_dtype = in_dtype;
-  if (in_dtype != layer->dtype()) {
+  if (in_dtype != layer->input_dtype()) {
     s.in_cast = c.plan(layer->dtype(), layer->in_shape(), layer->name() + " input cast", true);
     if (need_dx) s.dx_cast = c.plan(in_dtype, layer->in_shape(), layer->name() + " input gradient cast", false);
   }
@@ -283,7 +284,7 @@ void Sequence::enable_input_grad(Context& c) {
   if (steps_.empty()) return;
   Step& s = steps_.front();
   s.layer->plan_dx(c);
-  if (s.in_dtype != s.layer->dtype() && s.dx_cast.empty())
+  if (s.in_dtype != s.layer->input_dtype() && s.dx_cast.empty())
     s.dx_cast = c.plan(s.in_dtype, s.layer->in_shape(), s.layer->name() + " input gradient cast", false);
 }
 
@@ -312,7 +313,7 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
     grads_ready(c, *s.layer);
     s.layer->last_dx = g;
     if (!nd) return Tensor();
-    if (s.in_dtype != s.layer->dtype()) {
+    if (s.in_dtype != s.layer->input_dtype()) {
       const Tensor t = s.dx_cast.at(n);
       c.be->cast(g, t);
       g = t;
@@ -341,7 +342,7 @@ void Sequence::collect_backward(std::vector<const Layer*>& out) const {
 
 // ---- make_layer ------------------------------------------------------------------
 
-std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, DType t,
+std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, DType in_dtype, DType t,
                                   std::optional<LayerDType> inherited_dtype, int depth, bool is_last, bool need_dx) {
   std::unique_ptr<Layer> l;
   if (!(layer_shares(cfg.type) & kActivation)) parse_activation(cfg, is_last);  // defaults: linear
@@ -354,6 +355,8 @@ std::unique_ptr<Layer> make_layer(Context& c, const LayerConfig& cfg, Shape in, 
 #include "config/layer_table.inc"
   }
   if (!l) throw ConfigError(fmt::format("{}: unknown layer type {}", where(cfg), static_cast<int>(cfg.type)));
+  // The input cast folded into the layer's ops (docs/cpu-performance.md, "Dense layers with few outputs").
+  if (in_dtype != t && l->reads_input_as(in_dtype) && env_flag("MPX_FOLD_CASTS", true)) l->set_input_dtype(in_dtype);
   if (need_dx) l->plan_dx(c);
   return l;
 }

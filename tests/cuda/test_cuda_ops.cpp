@@ -204,6 +204,32 @@ TEST_CASE("cuda: dense forward (bias epilogue, relu kernel), backward data, back
     }
 }
 
+TEST_CASE("cuda: a float32 dense layer's 16-bit input x and input gradient dx, as on the CPU", "[cuda][dense]") {
+  Rng rng(15);
+  for (DType t : {DType::F16, DType::BF16}) {
+    const std::string what = std::string("dense 16x300->10, x and dx ") + dt_name(t);
+    INFO(what);
+    Dual x = random_dual(rng, t, Shape{16, 300});
+    Dual w = random_dual(rng, DType::F32, Shape{10, 300}, -0.3f, 0.3f);
+    Dual b = random_dual(rng, DType::F32, Shape{10});
+    Dual y = poisoned(DType::F32, Shape{16, 10});
+    be().cpu->dense_forward(x.c, w.c, b.c, y.c, Activation::None);
+    be().gpu->dense_forward(x.g, w.g, b.g, y.g, Activation::None);
+    expect_close(y, tolerance(DType::F32), what + " forward");
+    Dual dy = random_dual(rng, DType::F32, Shape{16, 10});
+    Dual dx = poisoned(t, Shape{16, 300});
+    be().cpu->dense_backward_data(dy.c, w.c, dx.c);
+    be().gpu->dense_backward_data(dy.g, w.g, dx.g);
+    expect_close(dx, tolerance(t), what + " backward data");
+    Dual dw = poisoned(DType::F32, Shape{10, 300});
+    Dual db = poisoned(DType::F32, Shape{10});
+    be().cpu->dense_backward_weights(x.c, dy.c, dw.c, db.c);
+    be().gpu->dense_backward_weights(x.g, dy.g, dw.g, db.g);
+    expect_close(dw, tolerance(DType::F32), what + " backward weights dw");
+    expect_close(db, tolerance(DType::F32), what + " backward weights db");
+  }
+}
+
 TEST_CASE("cuda: relu forward/backward and add, bit for bit", "[cuda][elementwise]") {
   Rng rng(6);
   for (DType t : float_dtypes()) {

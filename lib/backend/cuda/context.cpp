@@ -59,7 +59,7 @@ const char* slot_name(Slot slot) {
                                 "channel-padded convolution filter", "channel-padded filter gradient",
                                 "16-bit weight gradient",
                                 "reduction partials", "batch-norm coefficients", "per-row results",
-                                "cuDNN/cuBLASLt workspace"};
+                                "widened dense input", "cuDNN/cuBLASLt workspace"};
   static_assert(sizeof(names) / sizeof(names[0]) == kSlotCount, "one name per scratch slot");
   return names[slot];
 }

@@ -38,6 +38,7 @@ enum Slot : int {
   kSlotReduce,     // per-block partial sums (double) of channel reductions
   kSlotCoef,       // per-channel coefficients (batch norm)
   kSlotRows,       // per-row results (loss rows, stats partials)
+  kSlotWiden,      // a float32 dense layer's 16-bit input (or input gradient) in float32
   kSlotWorkspace,  // the cuDNN / cuBLASLt workspace shared by every plan (one stream)
   kSlotCount
 };

@@ -266,14 +266,26 @@ bool run_gemm(Context& ctx, DenseOp which, Gemm g) {
   return plan.epilogue || wanted == CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+/// `t` as a tensor of `dtype`: itself, or (a float32 layer's 16-bit input) a float32 view of
+/// the widening slot, filled from `t` when `fill_it`. cuBLASLt multiplies A and B of one type.
+Tensor as_dtype(Context& ctx, const Tensor& t, DType dtype, bool fill_it) {
+  if (t.dtype == dtype) return t;
+  Tensor w = t;
+  w.dtype = dtype;
+  w.data = ctx.scratch(kSlotWiden, static_cast<size_t>(t.numel()) * dtype_size(dtype));
+  if (fill_it) cast(ctx, t, w);
+  return w;
+}
+
 }  // namespace
 
 // ---- ops ---------------------------------------------------------------------------
 
 // y^T (Co x N) = w^T (w stored Ci x Co, transposed) * x^T (Ci x N).
-void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+void dense_forward(Context& ctx, const Tensor& x_in, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
-  const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  const int64_t N = x_in.shape[0], Co = w.shape[0], Ci = w.shape[1];
+  const Tensor x = N > 0 && Ci > 0 ? as_dtype(ctx, x_in, w.dtype, true) : x_in;
   if (N == 0 || Co == 0) return;
   if (Ci == 0) {  // empty sum: y = act(bias)
     fill(ctx, y, 0.0f);
@@ -295,22 +307,25 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
 }
 
 // dx^T (Ci x N) = w (stored Ci x Co) * dy^T (Co x N).
-void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
+void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx_out) {
+  const int64_t N = dx_out.shape[0], Co = w.shape[0], Ci = w.shape[1];
   if (N == 0 || Ci == 0) return;
   if (Co == 0) {
-    fill(ctx, dx, 0.0f);
+    fill(ctx, dx_out, 0.0f);
     return;
   }
+  const Tensor dx = as_dtype(ctx, dx_out, dy.dtype, false);  // a 16-bit dx: float32, then one rounding
   const Gemm g{CUBLAS_OP_N, CUBLAS_OP_N, Ci, N, Co, Ci, Co, Ci, Co, N, Co, Ci, dy.dtype, dx.dtype,
                CUBLASLT_EPILOGUE_DEFAULT, w.data, dy.data, nullptr, dx.data};
   run_gemm(ctx, kDenseBwdData, g);
+  if (dx.data != dx_out.data) cast(ctx, dx, dx_out);
 }
 
 // dw^T (Ci x Co) = x^T (Ci x N) * dy (dy stored Co x N, transposed). dw may be float32
 // with 16-bit operands (cuBLASLt's 16F/16BF x 16F/16BF -> 32F).
-void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
-  const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+void dense_backward_weights(Context& ctx, const Tensor& x_in, const Tensor& dy, const Tensor& dw, const Tensor& db) {
+  const int64_t N = x_in.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+  const Tensor x = N > 0 && Co > 0 && Ci > 0 ? as_dtype(ctx, x_in, dy.dtype, true) : x_in;
   if (N == 0) {
     fill(ctx, dw, 0.0f);
     if (!db.empty()) fill(ctx, db, 0.0f);

@@ -142,9 +142,11 @@ DenseQuery query(DensePass pass, int64_t N, int64_t Ci, int64_t Co, DType in, DT
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
-  DenseQuery q = query(DensePass::Forward, N, Ci, Co, x.dtype, x.dtype);
+  DenseQuery q = query(DensePass::Forward, N, Ci, Co, w.dtype, x.dtype);  // w: the layer's dtype
   const DenseChoice* c = &choice(ctx, kDenseFwd, q);
-  if (dense_native_forward(ctx, x, w, bias, y, act, pre, c->kernel == DenseKernel::Native16)) return;
+  // A float32 layer's 16-bit x (the input cast folded in) is not a 16-bit op: never native.
+  if (x.dtype == w.dtype && dense_native_forward(ctx, x, w, bias, y, act, pre, c->kernel == DenseKernel::Native16))
+    return;
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, kDenseFwd, q);
@@ -175,7 +177,7 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   DenseQuery q = query(DensePass::BackwardData, N, Ci, Co, dy.dtype, dx.dtype);
   const DenseChoice* c = &choice(ctx, kDenseBwdData, q);
-  if (dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16)) return;
+  if (dx.dtype == dy.dtype && dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16)) return;
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, kDenseBwdData, q);
@@ -199,9 +201,10 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
 
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
-  DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, x.dtype, x.dtype);
+  DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);  // dy: the layer's dtype
   const DenseChoice* c = &choice(ctx, kDenseBwdWeights, q);
-  if (dense_native_backward_weights(ctx, x, dy, dw, db, c->kernel == DenseKernel::Native16)) return;
+  if (x.dtype == dy.dtype && dense_native_backward_weights(ctx, x, dy, dw, db, c->kernel == DenseKernel::Native16))
+    return;
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, kDenseBwdWeights, q);
