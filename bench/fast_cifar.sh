@@ -9,7 +9,10 @@
 # 2-core CPU. Run it on a quiet machine.
 #   bench/fast_cifar.sh [--seeds N] [--policies float32,mixed_bfloat16] [--data DIR] [--out DIR]
 #                       [--set key=value ...]   (extra --set for every run, e.g. train.epochs=2)
-#                       [--peer torch [--peer-compile]]
+#                       [--peer torch [--peer-compile]] [--keep-done]
+# --keep-done keeps a seed's run that an earlier call finished under --out (summary.json status
+# completed, both evaluations written): it is reported again, not retrained, so the seeds of a
+# policy can be gathered over several calls (its time is its own; the ceiling is this call's).
 # --peer torch also trains the recipe's PyTorch twin (bench/fast_cifar_torch.py: the same YAML, data,
 # order, augmentation, initial weights, epochs, batch and threads) after each mpx run, with the same
 # policy and seed, and prints its rows in the same table with the ratio of its time to mpx's;
@@ -20,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SEEDS=5
+KEEP_DONE=0
 POLICIES=float32,mixed_bfloat16
 DATA=${MPX_DATA_MIRROR:-../shared/data}
 OUT=${TMPDIR:-/tmp}/mpx-fast-cifar-$$
@@ -39,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --set) EXTRA+=(--set "$2"); shift 2 ;;
     --peer) PEER=$2; shift 2 ;;
     --peer-compile) PEER_ARGS+=(--compile); shift ;;
+    --keep-done) KEEP_DONE=1; shift ;;
     *) echo "fast_cifar.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +83,14 @@ for p in "${pols[@]}"; do
     grep -v '^\s*$' | sed 's/^/  /' || true
   for ((s = 1; s <= SEEDS; ++s)); do
     run="$OUT/$p-seed$s"
+    if [[ $KEEP_DONE == 1 && -s $run.jpeg10k.json && -s $run.jpeg1k.json && -f $run/summary.json ]] &&
+       python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") != "completed")' \
+         "$run/summary.json" 2>/dev/null; then
+      echo "== $p seed $s: kept, trained by an earlier call ($run)"
+      rows+=("$p $s $run")
+      [[ -n $PEER && -s $run.torch.json ]] && rows+=("torch:$p $s $run")
+      continue
+    fi
     echo "== $p seed $s -> $run"
     "$MPX" train --config "$CONFIG" --run-dir "$run" --overwrite --no-progress \
       --set "data.path=$DATA/cifar10" --set "policy=$p" --set "seed=$s" "${EXTRA[@]}" > "$run.train.txt" 2>&1 ||
