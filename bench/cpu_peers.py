@@ -44,10 +44,23 @@ NETS = {"mnist_smoke": ("configs/mnist_smoke.yaml", "mnist", (100, 10), (10, 2))
         "cifar10": ("configs/cifar10_fp32.yaml", "cifar10-subset", (15, 3), (3, 1))}
 # peer -> (its script in bench/, the command that makes its venv)
 PEERS = {"tf-keras": ("keras_peer.py", "bench/keras_setup.sh"), "pytorch": ("torch_peer.py", "bench/torch_setup.sh")}
-# (net, policy) -> (what mpx is compared with, the minimum ratio)
-TARGETS = {("cifar10", "float32"): ("best peer", 1.5), ("mnist_smoke", "float32"): ("best peer", 2.0),
-           ("mnist_seed", "float32"): ("best peer", 2.0),
-           ("cifar10", "mixed_bfloat16"): ("mpx float32", 1.0)}
+# (net, policy) -> [(what mpx is compared with, the minimum ratio)]: every net in every policy at
+# least twice the best peer in the same policy; mixed_bfloat16 against mpx's own float32 as well,
+# at BF16_OVER_F32[True] where the CPU path has bfloat16 dot products (AVX512-BF16 or AMX-BF16,
+# and the ISA not capped below them), else BF16_OVER_F32[False].
+BF16_OVER_F32 = {True: 1.6, False: 1.0}
+
+
+def targets_for(isa_cap):
+    """The targets of one CPU path (--isa-cap none or avx2)."""
+    from peers_probe import cpu_description
+    bf16_dot = isa_cap == "none" and bool({"avx512_bf16", "amx_bf16"} & set(cpu_description()[1]))
+    out = {}
+    for net in NETS:
+        for policy in ("float32", "mixed_bfloat16"):
+            out[(net, policy)] = [("best peer", 2.0)]
+        out[(net, "mixed_bfloat16")].append(("mpx float32", BF16_OVER_F32[bf16_dot]))
+    return out
 
 
 class Bench:
@@ -198,7 +211,7 @@ def main():
             sys.exit(f"{exe}: not built (scripts/build.sh builds mpx and build/bench/gemm_ceiling)")
     from cpu_peers_report import run_all
     if a.isa_cap != "both":
-        return run_all(Bench(a), a, NETS, PEERS, TARGETS)
+        return run_all(Bench(a), a, NETS, PEERS, targets_for(a.isa_cap))
     rc = 0
     for cap, title in (("none", "the CPU as it is"), ("avx2", "capped at AVX2")):
         one = argparse.Namespace(**vars(a))
@@ -207,7 +220,7 @@ def main():
             root, ext = os.path.splitext(a.json)
             one.json = f"{root}.{cap}{ext or '.json'}"
         print(f"\n## CPU path: {title} (--isa-cap {cap})\n")
-        rc = run_all(Bench(one), one, NETS, PEERS, TARGETS) or rc
+        rc = run_all(Bench(one), one, NETS, PEERS, targets_for(cap)) or rc
     return rc
 
 

@@ -81,19 +81,22 @@ def print_speed(runs, errors, nets, policies, tools, targets):
                      rates(runs, (net, policy, t)) else "failed" for t in tools]
             best = max(((med[p], p) for p in peers if p in med), default=None)
             ratio = f"{med['mpx'] / best[0]:.2f}x ({best[1]})" if best and "mpx" in med else "-"
-            target, met = "-", "-"
-            if (net, policy) in targets:
-                what, need = targets[(net, policy)]
+            shown = []
+            for what, need in targets.get((net, policy), []):
                 if what == "best peer":
                     base = best[0] if best else None
                 else:  # mpx's own float32 on the same net
                     f32 = rates(runs, (net, "float32", "mpx"))
                     base = statistics.median(f32) if f32 else None
                 target = f">= {need}x {what}"
+                met = "-"
                 if base and "mpx" in med:
                     got = med["mpx"] / base
                     met = f"{'yes' if got >= need else 'no'} ({got:.2f}x)"
                     verdicts.append((net, policy, target, got >= need, got))
+                shown.append((target, met))
+            target = "; ".join(t for t, _ in shown) or "-"
+            met = "; ".join(m for _, m in shown) or "-"
             print(f"| {net} | {policy} | {batch} | " + " | ".join(cells) + f" | {ratio} | {target} | {met} |")
     for t in peers:
         v = next((x["version"] for k, rs in runs.items() if k[2] == t for x in rs), None)
