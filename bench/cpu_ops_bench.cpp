@@ -5,6 +5,7 @@
 // ReLU backward).
 //   cpu_ops_bench [--cpu-time]
 //   cpu_ops_bench [--seed] [--more] [--reps N]
+//   cpu_ops_bench --activations [--reps N]
 // --cpu-time reports process CPU time instead of wall time (on a shared, loaded
 // machine run it with OMP_NUM_THREADS=1 to get the compute cost). Compare oneDNN
 // with mpx's loops by running it again under MPX_CPU_REFERENCE=1.
@@ -15,6 +16,10 @@
 // kernels list). Run it under MPX_CPU_16BIT=widen and =native to compare the two 16-bit
 // paths op by op (docs/precision.md, "16-bit arithmetic on the CPU"). --more does the same
 // for more first layers (1-4 input channels) and for strided and 1x1 convolutions.
+// --activations times the activation loops (forward, backward) at the fast CIFAR recipe's
+// largest activation, [1024, 15, 15, 64], in float32 and bfloat16, in the build that the CPU
+// runs and in the baseline one (MPX_CPU_BASELINE=1), with their ratio (docs/cpu-performance.md,
+// "Activations").
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "bench/bench_util.h"
 
 using namespace mpx;
@@ -162,10 +168,42 @@ void more_convs(int reps) {
   }
 }
 
+/// The activation loops in the chosen build and the baseline one, per kind and dtype.
+void activations(int reps) {
+  bench::CpuDev d;
+  const Shape shape{1024, 15, 15, 64};
+  const double n = static_cast<double>(shape.numel());
+  unsetenv("MPX_CPU_BASELINE");
+  const std::string chosen = cpu::activation_build();
+  std::printf("activation loops at [1024, 15, 15, 64] (%.1fM elements), %d reps: the %s build against the "
+              "baseline (ms per call, ns per element, baseline / %s)\n",
+              n / 1e6, reps, chosen.c_str(), chosen.c_str());
+  for (DType t : {DType::F32, DType::BF16}) {
+    Rng rng(8);
+    Tensor x = d.rand(rng, t, shape, nullptr, -4, 4);
+    Tensor dy = d.rand(rng, t, shape);
+    Tensor y = d.make(t, shape), dx = d.make(t, shape);
+    for (ActKind k : {ActKind::Relu, ActKind::Gelu, ActKind::GeluTanh, ActKind::Silu}) {
+      const Activation a{k};
+      double ms[2][2];
+      for (int base = 0; base < 2; ++base) {
+        if (base) setenv("MPX_CPU_BASELINE", "1", 1);
+        ms[base][0] = time_ms([&] { d.be->activation_forward(a, x, y); }, reps);
+        ms[base][1] = time_ms([&] { d.be->activation_backward(a, x, dy, dx); }, reps);
+        unsetenv("MPX_CPU_BASELINE");
+      }
+      for (int pass = 0; pass < 2; ++pass)
+        std::printf("  %-8s %-9s %-8s %s %8.2f ms %6.3f ns/elem  baseline %8.2f ms  %5.2fx\n", dtype_name(t),
+                    activation_name(k), pass ? "backward" : "forward", chosen.c_str(), ms[0][pass],
+                    ms[0][pass] * 1e6 / n, ms[1][pass], ms[1][pass] / ms[0][pass]);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool seed = false, more = false;
+  bool seed = false, more = false, acts = false;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
@@ -174,12 +212,19 @@ int main(int argc, char** argv) {
       seed = true;
     } else if (std::strcmp(argv[i], "--more") == 0) {
       more = true;
+    } else if (std::strcmp(argv[i], "--activations") == 0) {
+      acts = true;
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--cpu-time] | [--seed] [--more] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--cpu-time] | [--seed] [--more] [--reps N] | --activations [--reps N]\n",
+                   argv[0]);
       return 2;
     }
+  }
+  if (acts) {
+    activations(reps);
+    return 0;
   }
   if (seed || more) {
     if (seed) seed_nets(reps);

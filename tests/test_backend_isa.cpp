@@ -3,14 +3,17 @@
 // by cpuid; MPX_CPU_BASELINE=1 forces the baseline build, MPX_CPU_POOL_ISA=avx2 caps max
 // pooling at AVX2, as CTest's test_backend_isa_pool_avx2 does): the chosen build and the
 // baseline give the same bits, and both match the float64 reference, including the "first
-// maximum, NaN wins" rule.
+// maximum, NaN wins" rule. The activation loops (elementwise/activation.cpp) likewise give
+// the same bits in every build, under ONEDNN_MAX_CPU_ISA=AVX2 too (test_backend_isa_onednn_avx2).
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "support/backend_check.h"
 
 using namespace mpx;
@@ -66,4 +69,81 @@ TEST_CASE("tiled max pooling: the chosen and the baseline builds give the same b
       if (i != 3 && y[0][i] != static_cast<float>(want[i])) ++mismatches;
     CHECK(mismatches == 0);
   }
+}
+
+TEST_CASE("activation loops: the chosen and the baseline builds give the same bits", "[backend][activation][isa]") {
+  // Every kind of core/activation.h's table but the identity, in every dtype, over more than
+  // two blocks of a length no vector width divides, with the values where the formulas
+  // change branch or saturate: NaN, the infinities, signed zeros, subnormals, the tails.
+  std::vector<Activation> acts;
+  for (const ActivationEntry& n : kActivationNames) {
+    bool seen = n.kind == ActKind::None;
+    for (Activation a : acts) seen = seen || a.kind == n.kind;
+    if (!seen) acts.push_back(Activation{n.kind, n.kind == ActKind::LeakyRelu ? 0.2f : 0.0f});
+  }
+  acts.push_back(Activation{ActKind::Scale, 1.0f / 9.0f});
+  const float specials[] = {support::kNaN, support::kInf, -support::kInf, 0.0f, -0.0f, 1e-40f, -1e-40f,
+                            1e-30f, -1e-30f, 9.0f, -9.0f, 40.0f, -40.0f, 88.0f, -88.0f, 110.0f, -110.0f,
+                            3e38f, -3e38f};
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (Activation a : acts) {
+      INFO(activation_name(a.kind) << " (alpha " << a.alpha << "), " << dtype_name(t));
+      support::CpuDev d;
+      Rng rng(43);
+      const int64_t n = 10007;
+      std::vector<float> xv, dyv;
+      const Tensor x = d.rand_plain(rng, t, Shape{n}, &xv, -8, 8);
+      for (size_t i = 0; i < sizeof specials / sizeof specials[0]; ++i) xv[i * 131] = specials[i];
+      d.put(x, xv);
+      const Tensor dy = d.rand(rng, t, Shape{n}, &dyv);
+      std::vector<float> y[2], dx[2];
+      for (int base = 0; base < 2; ++base) {
+        Baseline b(base == 1);
+        const Tensor yt = d.make(t, Shape{n});
+        const Tensor dxt = d.make(t, Shape{n});
+        d.be->activation_forward(a, x, yt);
+        d.be->activation_backward(a, x, dy, dxt);
+        y[base] = d.get(yt);
+        dx[base] = d.get(dxt);
+      }
+      support::check_exact("activation forward, chosen build vs baseline", y[0], y[1]);
+      support::check_exact("activation backward, chosen build vs baseline", dx[0], dx[1]);
+    }
+  }
+}
+
+TEST_CASE("the activation epilogue of a dense layer: the chosen and the baseline builds give the same bits",
+          "[backend][activation][isa]") {
+  support::CpuDev d;
+  Rng rng(44);
+  for (DType t : {DType::F32, DType::BF16}) {
+    INFO(dtype_name(t));
+    std::vector<float> xv, wv, bv;
+    const Tensor x = d.rand(rng, t, Shape{67, 45}, &xv, -3, 3);
+    const Tensor w = d.rand(rng, t, Shape{37, 45}, &wv);
+    const Tensor bias = d.rand(rng, t, Shape{37}, &bv);
+    std::vector<float> y[2], pre[2];
+    for (int base = 0; base < 2; ++base) {
+      Baseline b(base == 1);
+      const Tensor yt = d.make(t, Shape{67, 37});
+      const Tensor pt = d.make(t, Shape{67, 37});
+      d.be->dense_forward(x, w, bias, yt, Activation{ActKind::Gelu}, pt);
+      y[base] = d.get(yt);
+      pre[base] = d.get(pt);
+    }
+    support::check_exact("dense forward with gelu, chosen build vs baseline", y[0], y[1]);
+    support::check_exact("its pre-activation", pre[0], pre[1]);
+  }
+}
+
+TEST_CASE("activation loops: the build that runs is the widest that the CPU and oneDNN's ISA limit allow",
+          "[backend][activation][isa]") {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool avx2_cap = cap && (std::string(cap) == "AVX2" || std::string(cap) == "avx2");
+  const std::string want = __builtin_cpu_supports("avx512f") && !avx2_cap ? "avx512"
+                           : __builtin_cpu_supports("avx2")               ? "avx2"
+                                                                          : "baseline";
+  CHECK(std::string(cpu::activation_build()) == want);
+  Baseline b(true);
+  CHECK(std::string(cpu::activation_build()) == "baseline");
 }

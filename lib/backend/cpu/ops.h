@@ -22,6 +22,8 @@ namespace mpx::cpu {
 /// y's own memory when y is float32 (f32_out). In one pass: pre (when not empty) = z rounded to
 /// its dtype, then y = act(z) rounded to y's dtype. z is overwritten.
 void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor& pre);
+/// The build of the activation loops that runs now: "avx512", "avx2" or "baseline".
+const char* activation_build();
 
 // pool.cpp
 void pool_forward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y);

@@ -20,12 +20,22 @@
 //  - MPX_CPU_REFERENCE=1: the plain loops for everything (as in conv.cpp).
 // The ops get no Context from ops.h, so the oneDNN engine, stream and plans here are
 // per thread (thread_local): nothing is shared between backends on different threads.
+//
+// The activation loops are built three times, for the baseline x86-64 ISA, AVX2 and
+// AVX-512 (a target attribute per build), and the widest that both the CPU and oneDNN's ISA
+// limit (ONEDNN_MAX_CPU_ISA) allow runs; MPX_CPU_BASELINE=1 forces the baseline build. This
+// file is compiled with -ffp-contract=off, so no build fuses a multiply and an add: each
+// element goes through the same float32 operations in every build, and the builds give the
+// same bits (test_backend_isa), so a result never depends on the CPU it ran on
+// (docs/cpu-performance.md, "Activations").
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/switches.h"
 
 namespace mpx::cpu {
 
@@ -80,25 +90,91 @@ void elt_run(EltPlan& p, const void* in0, const void* in1, void* out) {
   l.stream.wait();
 }
 
+// The row loops of one activation kind K, for one ISA: y = act(x) and dx = act'(saved, dy)
+// over n float32 elements. core/activation.h's formulas are always_inline, and a baseline
+// function may be inlined into a wider one, so each build vectorizes them at its width.
+#define MPX_ACT_LOOPS(ISA, TARGET)                                                      \
+  template <ActKind K>                                                                        \
+  TARGET void ISA##_forward_rows(float alpha, const float* x, float* y, int64_t n) {          \
+    const Activation a{K, alpha};                                                             \
+    for (int64_t i = 0; i < n; ++i) y[i] = activation_value(a, x[i]);                         \
+  }                                                                                           \
+  template <ActKind K>                                                                        \
+  TARGET void ISA##_backward_rows(float alpha, const float* s, const float* dy, float* dx,    \
+                                  int64_t n) {                                                \
+    const Activation a{K, alpha};                                                             \
+    for (int64_t i = 0; i < n; ++i) dx[i] = activation_grad(a, s[i], dy[i]);                  \
+  }
+MPX_ACT_LOOPS(base, )
+MPX_ACT_LOOPS(avx2, __attribute__((target("avx2"))))
+MPX_ACT_LOOPS(avx512, __attribute__((target("avx512f"))))
+#undef MPX_ACT_LOOPS
+
+enum class ActIsa { Base, Avx2, Avx512 };
+
+/// The build the loops run: the widest of the CPU's and oneDNN's ISA limit (so that capping
+/// oneDNN at AVX2 runs the AVX2 machine's code), the baseline under MPX_CPU_BASELINE=1 (read at
+/// each call: the tests switch it).
+ActIsa activation_isa() {
+  static const ActIsa hw = [] {
+    const unsigned dnnl_isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+    const unsigned avx2 = static_cast<unsigned>(dnnl_cpu_isa_avx2);
+    if (__builtin_cpu_supports("avx512f") && (dnnl_isa & avx512) == avx512) return ActIsa::Avx512;
+    if (__builtin_cpu_supports("avx2") && (dnnl_isa & avx2) == avx2) return ActIsa::Avx2;
+    return ActIsa::Base;
+  }();
+  return pool_baseline() ? ActIsa::Base : hw;
+}
+
+const char* isa_name(ActIsa isa) {
+  return isa == ActIsa::Avx512 ? "avx512" : isa == ActIsa::Avx2 ? "avx2" : "baseline";
+}
+
+/// Names the loops in the kernels list (what `mpx bench` prints).
+void note_loops(Context& ctx, const char* pass, Activation act, ActIsa isa) {
+  ctx.note_kernel(std::string("activation ") + pass + " (" + activation_name(act.kind) + ")",
+                  std::string("mpx loops ") + isa_name(isa));
+}
+
+template <ActKind K>
+void forward_rows(ActIsa isa, float alpha, const float* x, float* y, int64_t n) {
+  switch (isa) {
+    case ActIsa::Avx512: return avx512_forward_rows<K>(alpha, x, y, n);
+    case ActIsa::Avx2: return avx2_forward_rows<K>(alpha, x, y, n);
+    case ActIsa::Base: break;
+  }
+  base_forward_rows<K>(alpha, x, y, n);
+}
+
+template <ActKind K>
+void backward_rows(ActIsa isa, float alpha, const float* s, const float* dy, float* dx, int64_t n) {
+  switch (isa) {
+    case ActIsa::Avx512: return avx512_backward_rows<K>(alpha, s, dy, dx, n);
+    case ActIsa::Avx2: return avx2_backward_rows<K>(alpha, s, dy, dx, n);
+    case ActIsa::Base: break;
+  }
+  base_backward_rows<K>(alpha, s, dy, dx, n);
+}
+
 }  // namespace
 
-// Each loop below builds its Activation inside the block function, from the kind's
-// type: for_blocks' OpenMP region outlines that function, and an Activation captured by
-// reference from outside would be read through a pointer, so its switch would not fold and
-// the loop would not vectorize (measured: relu forward 5x slower).
+const char* activation_build() { return isa_name(activation_isa()); }
+
 void activation_forward(Context& ctx, Activation act, const Tensor& x, const Tensor& y) {
   if (act.is_none()) {
     if (x.data != y.data) copy(ctx, y, x);
     return;
   }
   const float alpha = act.alpha;
+  const ActIsa isa = activation_isa();
+  note_loops(ctx, "forward", act, isa);
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(x.numel(), [&](int64_t off, int64_t n) {
-      const Activation a{decltype(kind)::value, alpha};
       float bx[kBlock], by[kBlock];
       const float* xi = load_block(x, off, n, bx);
       float* yo = out_block(y, off, by);
-      for (int64_t i = 0; i < n; ++i) yo[i] = activation_value(a, xi[i]);
+      forward_rows<decltype(kind)::value>(isa, alpha, xi, yo, n);
       store_block(yo, y, off, n);
     });
   });
@@ -110,14 +186,15 @@ void activation_backward(Context& ctx, Activation act, const Tensor& saved, cons
     return;
   }
   const float alpha = act.alpha;
+  const ActIsa isa = activation_isa();
+  note_loops(ctx, "backward", act, isa);
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(saved.numel(), [&](int64_t off, int64_t n) {
-      const Activation a{decltype(kind)::value, alpha};
       float bs[kBlock], bdy[kBlock], bdx[kBlock];
       const float* si = load_block(saved, off, n, bs);
       const float* dyi = load_block(dy, off, n, bdy);
       float* dxo = out_block(dx, off, bdx);
-      for (int64_t i = 0; i < n; ++i) dxo[i] = activation_grad(a, si[i], dyi[i]);
+      backward_rows<decltype(kind)::value>(isa, alpha, si, dyi, dxo, n);
       store_block(dxo, dx, off, n);
     });
   });
@@ -129,13 +206,12 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
     return;
   }
   const float alpha = act.alpha;
+  const ActIsa isa = activation_isa();
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(y.numel(), [&](int64_t off, int64_t n) {
-      const Activation a{decltype(kind)::value, alpha};
       float* zi = z + off;
       if (!pre.empty()) convert(zi, DType::F32, elem_ptr(pre, off), pre.dtype, static_cast<size_t>(n));
-      if (!a.is_none())
-        for (int64_t i = 0; i < n; ++i) zi[i] = activation_value(a, zi[i]);
+      if constexpr (decltype(kind)::value != ActKind::None) forward_rows<decltype(kind)::value>(isa, alpha, zi, zi, n);
       store_block(zi, y, off, n);
     });
   });
