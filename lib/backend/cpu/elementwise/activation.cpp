@@ -133,8 +133,9 @@ const char* isa_name(ActIsa isa) {
 
 /// Names the loops in the kernels list (what `mpx bench` prints).
 void note_loops(Context& ctx, const char* pass, Activation act, ActIsa isa) {
-  ctx.note_kernel(std::string("activation ") + pass + " (" + activation_name(act.kind) + ")",
-                  std::string("mpx loops ") + isa_name(isa));
+  // Scale (a dense layer's output_scale) has no config name of its own.
+  const char* name = act.kind == ActKind::Scale ? "scale" : activation_name(act.kind);
+  ctx.note_kernel(std::string("activation ") + pass + " (" + name + ")", std::string("mpx loops ") + isa_name(isa));
 }
 
 template <ActKind K>
