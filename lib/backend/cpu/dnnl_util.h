@@ -99,6 +99,24 @@ struct DnnlPlan : Plan {
 /// An activation without a post-op runs in activation_epilogue (activation.cpp).
 inline bool exact_post_op(Activation act) { return act.kind == ActKind::LeakyRelu; }
 
+/// Binds a forward plan's arguments (src x, weights w, bias b when not null, dst y) and runs it
+/// (convolutions, depthwise convolutions, inner products).
+inline void run_forward(Context& ctx, DnnlPlan& plan, const void* x, const void* w, const void* b, void* y) {
+  plan.bind(DNNL_ARG_SRC, x);
+  plan.bind(DNNL_ARG_WEIGHTS, w);
+  if (b) plan.bind(DNNL_ARG_BIAS, b);
+  plan.bind(DNNL_ARG_DST, y);
+  plan.run(ctx);
+}
+
+/// Binds a backward-data plan's arguments (diff dst dy, weights w, diff src dx) and runs it.
+inline void run_backward_data(Context& ctx, DnnlPlan& plan, const void* dy, const void* w, void* dx) {
+  plan.bind(DNNL_ARG_DIFF_DST, dy);
+  plan.bind(DNNL_ARG_WEIGHTS, w);
+  plan.bind(DNNL_ARG_DIFF_SRC, dx);
+  plan.run(ctx);
+}
+
 /// Binds a weight-gradient plan's arguments (src x, diff dst dy, diff weights dw and, when db
 /// is not null, diff bias) and runs it.
 inline void run_weight_gradient(Context& ctx, DnnlPlan& plan, const void* x, const void* dy, float* dw, float* db) {

@@ -259,12 +259,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
     return;
   }
   const Activation fused = conv_post_op(act, pre);
-  DnnlPlan& plan = conv_fwd_plan(ctx, p, g, bf != nullptr, fused);
-  plan.bind(DNNL_ARG_SRC, xf);
-  plan.bind(DNNL_ARG_WEIGHTS, wf);
-  if (bf) plan.bind(DNNL_ARG_BIAS, bf);
-  plan.bind(DNNL_ARG_DST, yf);
-  plan.run(ctx);
+  run_forward(ctx, conv_fwd_plan(ctx, p, g, bf != nullptr, fused), xf, wf, bf, yf);
   activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
 }
 
@@ -297,11 +292,7 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   if (c->kernel == ConvKernel::Reference) {
     conv_backward_data_loops(g, dyf, wf, dxf);
   } else {
-    DnnlPlan& plan = conv_bwd_data_plan(ctx, p, g);
-    plan.bind(DNNL_ARG_DIFF_DST, dyf);
-    plan.bind(DNNL_ARG_WEIGHTS, wf);
-    plan.bind(DNNL_ARG_DIFF_SRC, dxf);
-    plan.run(ctx);
+    run_backward_data(ctx, conv_bwd_data_plan(ctx, p, g), dyf, wf, dxf);
   }
   f32_commit(dxf, dx);
 }

@@ -92,12 +92,9 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
     });
   });
   if (!native_usable(ctx, t, key, plan)) return false;
-  plan.bind(DNNL_ARG_SRC, x.data);
-  plan.bind(DNNL_ARG_WEIGHTS, w.data);
-  if (!bias.empty()) plan.bind(DNNL_ARG_BIAS, f32_in(ctx, kSlotB, bias));
+  const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = direct ? nullptr : f32_out(ctx, kSlotY, y);
-  plan.bind(DNNL_ARG_DST, direct ? y.data : yf);
-  plan.run(ctx);
+  run_forward(ctx, plan, x.data, w.data, bf, direct ? y.data : yf);
   if (!direct) activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
   return true;
 }
@@ -125,10 +122,7 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
     });
   });
   if (!native_usable(ctx, t, key, plan)) return false;
-  plan.bind(DNNL_ARG_DIFF_DST, dy.data);
-  plan.bind(DNNL_ARG_WEIGHTS, w.data);
-  plan.bind(DNNL_ARG_DIFF_SRC, dx.data);
-  plan.run(ctx);
+  run_backward_data(ctx, plan, dy.data, w.data, dx.data);
   return true;
 }
 

@@ -212,12 +212,7 @@ void depthwise_conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor&
   if (reference_loops()) {
     dw_forward_loops(g, xf, wf, bf, yf);
   } else {
-    DnnlPlan& plan = dw_fwd_plan(ctx, p, g, bf != nullptr);
-    plan.bind(DNNL_ARG_SRC, xf);
-    plan.bind(DNNL_ARG_WEIGHTS, wf);
-    if (bf) plan.bind(DNNL_ARG_BIAS, bf);
-    plan.bind(DNNL_ARG_DST, yf);
-    plan.run(ctx);
+    run_forward(ctx, dw_fwd_plan(ctx, p, g, bf != nullptr), xf, wf, bf, yf);
   }
   activation_epilogue(act, yf, y, pre);  // pre, act and the one rounding of a 16-bit y
 }
@@ -231,11 +226,7 @@ void depthwise_conv2d_backward_data(Context& ctx, const Conv2dParams& p, const T
   if (reference_loops()) {
     dw_backward_data_loops(g, dyf, wf, dxf);
   } else {
-    DnnlPlan& plan = dw_bwd_data_plan(ctx, p, g);
-    plan.bind(DNNL_ARG_DIFF_DST, dyf);
-    plan.bind(DNNL_ARG_WEIGHTS, wf);
-    plan.bind(DNNL_ARG_DIFF_SRC, dxf);
-    plan.run(ctx);
+    run_backward_data(ctx, dw_bwd_data_plan(ctx, p, g), dyf, wf, dxf);
   }
   f32_commit(dxf, dx);
 }
