@@ -23,6 +23,25 @@ bool isa_has(unsigned isa) { return (effective_isa() & isa) == isa; }
 
 bool dnnl_has_amx_bf16() { return isa_has(dnnl_cpu_isa_avx512_core_amx); }
 
+KernelIsa kernel_isa() {
+  static const KernelIsa v = [] {
+    if (__builtin_cpu_supports("avx512f") && isa_has(dnnl_cpu_isa_avx512_core)) return KernelIsa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && isa_has(dnnl_cpu_isa_avx2))
+      return KernelIsa::Avx2;
+    return KernelIsa::Baseline;
+  }();
+  return v;
+}
+
+const char* kernel_isa_name(KernelIsa isa) {
+  switch (isa) {
+    case KernelIsa::Avx512: return "avx512";
+    case KernelIsa::Avx2: return "avx2";
+    case KernelIsa::Baseline: break;
+  }
+  return "baseline";
+}
+
 namespace {
 
 bool has_bf16() { return isa_has(dnnl_cpu_isa_avx512_core_bf16); }

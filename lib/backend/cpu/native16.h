@@ -33,6 +33,17 @@ const Path16& path16(DType t);
 /// oneDNN's name of the effective ISA ("avx512_core_amx", "avx2", ...).
 std::string dnnl_isa_name();
 
+/// The builds of mpx's own vector kernels (Winograd, the activation loops).
+enum class KernelIsa { Baseline, Avx2, Avx512 };
+
+/// The widest build that both the CPU and oneDNN's ISA limit (ONEDNN_MAX_CPU_ISA) allow, so
+/// that capping oneDNN at AVX2 runs the AVX2 machine's code too (AVX2 needs FMA as well).
+/// Decided once per process.
+KernelIsa kernel_isa();
+
+/// "avx512", "avx2" or "baseline".
+const char* kernel_isa_name(KernelIsa isa);
+
 /// Whether oneDNN's AMX-BF16 kernels run here (what makes bf16 faster than float32).
 bool dnnl_has_amx_bf16();
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cpu/native16.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -57,32 +58,9 @@ constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 
 
 double g_coef(int m, int i, int k) { return m == 4 ? kG4[i][k] : kG2[i][k]; }
 
-enum class Isa { Baseline, Avx2, Avx512 };
-
-// The widest build that both the CPU and oneDNN's ISA limit (ONEDNN_MAX_CPU_ISA) allow, so
-// that capping oneDNN at AVX2 measures the AVX2 machine's code.
-Isa isa() {
-  static const Isa v = [] {
-    const unsigned dnnl_isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-    const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-    const unsigned avx2 = static_cast<unsigned>(dnnl_cpu_isa_avx2);
-    if (__builtin_cpu_supports("avx512f") && (dnnl_isa & avx512) == avx512) return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && (dnnl_isa & avx2) == avx2)
-      return Isa::Avx2;
-    return Isa::Baseline;
-  }();
-  return v;
-}
-
 }  // namespace
 
-const char* winograd_isa() {
-  switch (isa()) {
-    case Isa::Avx512: return "avx512";
-    case Isa::Avx2: return "avx2";
-    default: return "baseline";
-  }
-}
+const char* winograd_isa() { return kernel_isa_name(kernel_isa()); }
 
 int64_t winograd_tiles_per_block(const WinoGeo& g) {
   // V and M of one block within about 1 MiB (a core's L2 on the machines measured), at
@@ -145,8 +123,8 @@ void conv_winograd_wgrad(const WinoGeo& g, const void* in, const void* dy, float
   const int a = alpha(g);
   const int64_t a2 = a * a, tb = g.tiles_per_block, t_all = tiles(g), blocks = (t_all + tb - 1) / tb;
   const int64_t acc_n = wgrad_acc_floats(g), per = wgrad_per_thread(g);
-  auto* run = isa() == Isa::Avx512 ? wino_avx512::wgrad_block
-              : isa() == Isa::Avx2 ? wino_avx2::wgrad_block
+  auto* run = kernel_isa() == KernelIsa::Avx512 ? wino_avx512::wgrad_block
+              : kernel_isa() == KernelIsa::Avx2 ? wino_avx2::wgrad_block
                                    : wino_base::wgrad_block;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
@@ -203,8 +181,8 @@ void conv_winograd(const WinoGeo& g, const void* in, const float* u, const float
   const WinoBlock b{&g, in, u, bias, out, relu, io, l.ldv, l.ldm, l.plane_v, l.plane_m};
   const int64_t a2 = alpha(g) * alpha(g), tb = g.tiles_per_block, t_all = tiles(g);
   const int64_t blocks = (t_all + tb - 1) / tb;
-  auto* run = isa() == Isa::Avx512 ? wino_avx512::run_block
-              : isa() == Isa::Avx2 ? wino_avx2::run_block
+  auto* run = kernel_isa() == KernelIsa::Avx512 ? wino_avx512::run_block
+              : kernel_isa() == KernelIsa::Avx2 ? wino_avx2::run_block
                                    : wino_base::run_block;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

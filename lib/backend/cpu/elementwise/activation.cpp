@@ -23,17 +23,19 @@
 //
 // The activation loops are built three times, for the baseline x86-64 ISA, AVX2 and
 // AVX-512 (a target attribute per build), and the widest that both the CPU and oneDNN's ISA
-// limit (ONEDNN_MAX_CPU_ISA) allow runs; MPX_CPU_BASELINE=1 forces the baseline build. This
-// file is compiled with -ffp-contract=off, so no build fuses a multiply and an add: each
-// element goes through the same float32 operations in every build, and the builds give the
-// same bits (test_backend_isa), so a result never depends on the CPU it ran on
-// (docs/cpu-performance.md, "Activations").
+// limit (ONEDNN_MAX_CPU_ISA) allow runs (kernel_isa(), as for Winograd); MPX_CPU_BASELINE=1
+// forces the baseline build. This file is compiled with -ffp-contract=off, so no build fuses
+// a multiply and an add: each element goes through the same float32 operations in every
+// build, and the builds give the same bits (test_backend_isa), so a result never depends on
+// the CPU it ran on (docs/cpu-performance.md, "Activations").
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
 
 #include "backend/cpu/dnnl_util.h"
+#include "backend/cpu/native16.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/switches.h"
 
@@ -110,57 +112,54 @@ MPX_ACT_LOOPS(avx2, __attribute__((target("avx2"))))
 MPX_ACT_LOOPS(avx512, __attribute__((target("avx512f"))))
 #undef MPX_ACT_LOOPS
 
-enum class ActIsa { Base, Avx2, Avx512 };
+/// The build the loops run: kernel_isa() (native16.h), the baseline under MPX_CPU_BASELINE=1
+/// (read at each call: the tests switch it).
+KernelIsa activation_isa() { return pool_baseline() ? KernelIsa::Baseline : kernel_isa(); }
 
-/// The build the loops run: the widest of the CPU's and oneDNN's ISA limit (so that capping
-/// oneDNN at AVX2 runs the AVX2 machine's code), the baseline under MPX_CPU_BASELINE=1 (read at
-/// each call: the tests switch it).
-ActIsa activation_isa() {
-  static const ActIsa hw = [] {
-    const unsigned dnnl_isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-    const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-    const unsigned avx2 = static_cast<unsigned>(dnnl_cpu_isa_avx2);
-    if (__builtin_cpu_supports("avx512f") && (dnnl_isa & avx512) == avx512) return ActIsa::Avx512;
-    if (__builtin_cpu_supports("avx2") && (dnnl_isa & avx2) == avx2) return ActIsa::Avx2;
-    return ActIsa::Base;
+/// Names the loops in the kernels list (what `mpx bench` prints). The names are made once
+/// per (pass, kind, build), not at every call of the step.
+void note_loops(Context& ctx, int pass, Activation act, KernelIsa isa) {
+  static const auto names = [] {
+    constexpr int kKinds = static_cast<int>(ActKind::Scale) + 1;
+    std::array<std::array<std::string, kKinds>, 2> what;
+    for (int p = 0; p < 2; ++p)
+      for (int k = 0; k < kKinds; ++k) {
+        const auto kind = static_cast<ActKind>(k);
+        // Scale (a dense layer's output_scale) has no config name of its own.
+        const char* name = kind == ActKind::Scale ? "scale" : activation_name(kind);
+        what[p][k] = std::string("activation ") + (p ? "backward" : "forward") + " (" + name + ")";
+      }
+    return what;
   }();
-  return pool_baseline() ? ActIsa::Base : hw;
-}
-
-const char* isa_name(ActIsa isa) {
-  return isa == ActIsa::Avx512 ? "avx512" : isa == ActIsa::Avx2 ? "avx2" : "baseline";
-}
-
-/// Names the loops in the kernels list (what `mpx bench` prints).
-void note_loops(Context& ctx, const char* pass, Activation act, ActIsa isa) {
-  // Scale (a dense layer's output_scale) has no config name of its own.
-  const char* name = act.kind == ActKind::Scale ? "scale" : activation_name(act.kind);
-  ctx.note_kernel(std::string("activation ") + pass + " (" + name + ")", std::string("mpx loops ") + isa_name(isa));
+  static const std::array<std::string, 3> impl = {std::string("mpx loops ") + kernel_isa_name(KernelIsa::Baseline),
+                                                  std::string("mpx loops ") + kernel_isa_name(KernelIsa::Avx2),
+                                                  std::string("mpx loops ") + kernel_isa_name(KernelIsa::Avx512)};
+  ctx.note_kernel(names[pass][static_cast<int>(act.kind)], impl[static_cast<int>(isa)]);
 }
 
 template <ActKind K>
-void forward_rows(ActIsa isa, float alpha, const float* x, float* y, int64_t n) {
+void forward_rows(KernelIsa isa, float alpha, const float* x, float* y, int64_t n) {
   switch (isa) {
-    case ActIsa::Avx512: return avx512_forward_rows<K>(alpha, x, y, n);
-    case ActIsa::Avx2: return avx2_forward_rows<K>(alpha, x, y, n);
-    case ActIsa::Base: break;
+    case KernelIsa::Avx512: return avx512_forward_rows<K>(alpha, x, y, n);
+    case KernelIsa::Avx2: return avx2_forward_rows<K>(alpha, x, y, n);
+    case KernelIsa::Baseline: break;
   }
   base_forward_rows<K>(alpha, x, y, n);
 }
 
 template <ActKind K>
-void backward_rows(ActIsa isa, float alpha, const float* s, const float* dy, float* dx, int64_t n) {
+void backward_rows(KernelIsa isa, float alpha, const float* s, const float* dy, float* dx, int64_t n) {
   switch (isa) {
-    case ActIsa::Avx512: return avx512_backward_rows<K>(alpha, s, dy, dx, n);
-    case ActIsa::Avx2: return avx2_backward_rows<K>(alpha, s, dy, dx, n);
-    case ActIsa::Base: break;
+    case KernelIsa::Avx512: return avx512_backward_rows<K>(alpha, s, dy, dx, n);
+    case KernelIsa::Avx2: return avx2_backward_rows<K>(alpha, s, dy, dx, n);
+    case KernelIsa::Baseline: break;
   }
   base_backward_rows<K>(alpha, s, dy, dx, n);
 }
 
 }  // namespace
 
-const char* activation_build() { return isa_name(activation_isa()); }
+const char* activation_build() { return kernel_isa_name(activation_isa()); }
 
 void activation_forward(Context& ctx, Activation act, const Tensor& x, const Tensor& y) {
   if (act.is_none()) {
@@ -168,8 +167,8 @@ void activation_forward(Context& ctx, Activation act, const Tensor& x, const Ten
     return;
   }
   const float alpha = act.alpha;
-  const ActIsa isa = activation_isa();
-  note_loops(ctx, "forward", act, isa);
+  const KernelIsa isa = activation_isa();
+  note_loops(ctx, 0, act, isa);
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(x.numel(), [&](int64_t off, int64_t n) {
       float bx[kBlock], by[kBlock];
@@ -187,8 +186,8 @@ void activation_backward(Context& ctx, Activation act, const Tensor& saved, cons
     return;
   }
   const float alpha = act.alpha;
-  const ActIsa isa = activation_isa();
-  note_loops(ctx, "backward", act, isa);
+  const KernelIsa isa = activation_isa();
+  note_loops(ctx, 1, act, isa);
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(saved.numel(), [&](int64_t off, int64_t n) {
       float bs[kBlock], bdy[kBlock], bdx[kBlock];
@@ -207,7 +206,7 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
     return;
   }
   const float alpha = act.alpha;
-  const ActIsa isa = activation_isa();
+  const KernelIsa isa = activation_isa();
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(y.numel(), [&](int64_t off, int64_t n) {
       float* zi = z + off;
