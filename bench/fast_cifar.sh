@@ -7,12 +7,14 @@
 # (direct-convolution equivalent) over its wall time against the float32 GEMM ceiling measured
 # in the same session, and the CPU and kernels that ran. Long: about 20-40 minutes per run on a
 # 2-core CPU. Run it on a quiet machine.
-#   bench/fast_cifar.sh [--seeds N] [--policies float32,mixed_bfloat16] [--data DIR] [--out DIR]
+#   bench/fast_cifar.sh [--seeds N] [--first-seed K] [--policies float32,mixed_bfloat16] [--data DIR]
+#                       [--out DIR]
 #                       [--set key=value ...]   (extra --set for every run, e.g. train.epochs=2)
 #                       [--peer torch [--peer-compile]] [--keep-done]
 # --keep-done keeps a seed's run that an earlier call finished under --out (summary.json status
 # completed, both evaluations written): it is reported again, not retrained, so the seeds of a
 # policy can be gathered over several calls (its time is its own; the ceiling is this call's).
+# --first-seed K runs seeds K..N only (default 1), e.g. the fifth seed on another day or machine.
 # --peer torch also trains the recipe's PyTorch twin (bench/fast_cifar_torch.py: the same YAML, data,
 # order, augmentation, initial weights, epochs, batch and threads) after each mpx run, with the same
 # policy and seed, and prints its rows in the same table with the ratio of its time to mpx's;
@@ -23,6 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SEEDS=5
+FIRST_SEED=1
 KEEP_DONE=0
 POLICIES=float32,mixed_bfloat16
 DATA=${MPX_DATA_MIRROR:-../shared/data}
@@ -37,6 +40,7 @@ THREADS=${OMP_NUM_THREADS:-$(nproc)}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --seeds) SEEDS=$2; shift 2 ;;
+    --first-seed) FIRST_SEED=$2; shift 2 ;;
     --policies) POLICIES=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -47,6 +51,8 @@ while [[ $# -gt 0 ]]; do
     *) echo "fast_cifar.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+[[ $SEEDS =~ ^[0-9]+$ && $FIRST_SEED =~ ^[0-9]+$ && $FIRST_SEED -ge 1 && $FIRST_SEED -le $SEEDS ]] ||
+  { echo "fast_cifar.sh: --first-seed $FIRST_SEED --seeds $SEEDS: need 1 <= K <= N (whole numbers)" >&2; exit 2; }
 for f in "$MPX" "$CEILING"; do
   [[ -x $f ]] || { echo "fast_cifar.sh: $f is not built (scripts/build.sh)" >&2; exit 2; }
 done
@@ -81,7 +87,7 @@ for p in "${pols[@]}"; do
   echo "== $p: the kernels that run (mpx bench, a few steps)"
   "$MPX" bench --config "$CONFIG" --set "data.path=$DATA/cifar10" --set "policy=$p" --steps 4 --warmup 1 "${EXTRA[@]}" 2>&1 |
     grep -v '^\s*$' | sed 's/^/  /' || true
-  for ((s = 1; s <= SEEDS; ++s)); do
+  for ((s = FIRST_SEED; s <= SEEDS; ++s)); do
     run="$OUT/$p-seed$s"
     if [[ $KEEP_DONE == 1 && -s $run.jpeg10k.json && -s $run.jpeg1k.json && -f $run/summary.json ]] &&
        python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("status") != "completed")' \
