@@ -82,6 +82,41 @@ struct DnnlPlan : Plan {
     ctx.account(md.get_size());
     impl = pd.impl_info_str();
   }
+
+  // The plan of one primitive P from its descriptor pd: the primitive, its arguments in their
+  // user layouts (add_arg: reordered where pd chose others; a bias as it is, when not null)
+  // and pd's scratchpad. P: dnnl::convolution_* or dnnl::inner_product_* of the same pass.
+  // run_forward, run_backward_data and run_weight_gradient bind and run them.
+  using Desc = dnnl::memory::desc;
+  template <typename P>
+  void set_forward(Context& ctx, const typename P::primitive_desc& pd, const Desc& src, const Desc& wei,
+                   const Desc* bias, const Desc& dst) {
+    prim = P(pd);
+    add_arg(ctx, DNNL_ARG_SRC, src, pd.src_desc(), false);
+    add_arg(ctx, DNNL_ARG_WEIGHTS, wei, pd.weights_desc(), false);
+    if (bias) args[DNNL_ARG_BIAS] = unbound(*bias, ctx.engine());
+    add_arg(ctx, DNNL_ARG_DST, dst, pd.dst_desc(), true);
+    set_scratchpad(ctx, pd);
+  }
+  template <typename P>
+  void set_backward_data(Context& ctx, const typename P::primitive_desc& pd, const Desc& diff_dst, const Desc& wei,
+                         const Desc& diff_src) {
+    prim = P(pd);
+    add_arg(ctx, DNNL_ARG_DIFF_DST, diff_dst, pd.diff_dst_desc(), false);
+    add_arg(ctx, DNNL_ARG_WEIGHTS, wei, pd.weights_desc(), false);
+    add_arg(ctx, DNNL_ARG_DIFF_SRC, diff_src, pd.diff_src_desc(), true);
+    set_scratchpad(ctx, pd);
+  }
+  template <typename P>
+  void set_weight_gradient(Context& ctx, const typename P::primitive_desc& pd, const Desc& src, const Desc& diff_dst,
+                           const Desc& diff_wei, const Desc* diff_bias) {
+    prim = P(pd);
+    add_arg(ctx, DNNL_ARG_SRC, src, pd.src_desc(), false);
+    add_arg(ctx, DNNL_ARG_DIFF_DST, diff_dst, pd.diff_dst_desc(), false);
+    add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, diff_wei, pd.diff_weights_desc(), true);
+    if (diff_bias) args[DNNL_ARG_DIFF_BIAS] = unbound(*diff_bias, ctx.engine());
+    set_scratchpad(ctx, pd);
+  }
 };
 
 /// The one place that says which activations run as a oneDNN eltwise post-op of a

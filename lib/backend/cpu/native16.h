@@ -102,12 +102,7 @@ std::string fill_weight_gradient(Context& ctx, NativePlan& pl, const Pd& pd, con
                                  const dnnl::memory::desc& dst, const dnnl::memory::desc& wei,
                                  const dnnl::memory::desc* bias) {
   if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-  pl.prim = Prim(pd);
-  pl.add_arg(ctx, DNNL_ARG_SRC, src, pd.src_desc(), false);
-  pl.add_arg(ctx, DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false);
-  pl.add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, wei, pd.diff_weights_desc(), true);
-  if (bias) pl.args[DNNL_ARG_DIFF_BIAS] = unbound(*bias, ctx.engine());
-  pl.set_scratchpad(ctx, pd);
+  pl.set_weight_gradient<Prim>(ctx, pd, src, dst, wei, bias);
   return pl.impl;
 }
 

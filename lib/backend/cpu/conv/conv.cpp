@@ -94,12 +94,7 @@ DnnlPlan& conv_fwd_plan(Context& ctx, const Conv2dParams& p, const Geo& g, bool 
       auto plan = std::make_unique<DnnlPlan>();
       const ConvDescs d = conv_descs(p, g);
       const auto pd = conv_fwd_pd(ctx, d, bias, fused);
-      plan->prim = dnnl::convolution_forward(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      if (bias) plan->args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
-      plan->add_arg(ctx, DNNL_ARG_DST, d.dst, pd.dst_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_forward<dnnl::convolution_forward>(ctx, pd, d.src, d.wei, bias ? &d.bias : nullptr, d.dst);
       return plan.release();
     });
   });
@@ -113,11 +108,7 @@ DnnlPlan& conv_bwd_data_plan(Context& ctx, const Conv2dParams& p, const Geo& g) 
       const auto hint = conv_fwd_pd(ctx, d, false);
       const auto pd = dnnlc::conv_bwd_data(ctx.engine(), d.src_any, d.wei_any, d.dst_any, d.strides, d.pad_l,
                                            d.pad_r, hint, make_attr());
-      plan->prim = dnnl::convolution_backward_data(pd);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_backward_data<dnnl::convolution_backward_data>(ctx, pd, d.dst, d.wei, d.src);
       return plan.release();
     });
   });
@@ -156,12 +147,7 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
                                                      d.pad_r, hint, make_attr())
                            : dnnlc::conv_bwd_weights(ctx.engine(), d.src_any, d.wei_any, nullptr, d.dst_any,
                                                      d.strides, d.pad_l, d.pad_r, hint, make_attr());
-      plan->prim = dnnl::convolution_backward_weights(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
-      if (bias) plan->args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
-      plan->set_scratchpad(ctx, pd);
+      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
       return plan.release();
     });
   });

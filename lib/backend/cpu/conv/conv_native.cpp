@@ -82,12 +82,7 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
       const Descs d = descs(p, g, dnnl_dtype(t), dnnl_dtype(t), direct ? dnnl_dtype(t) : dt::f32);
       const auto pd = fwd_pd(ctx, d, !bias.empty(), fused);
       if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::convolution_forward(pd);
-      pl.add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      if (!bias.empty()) pl.args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
-      pl.add_arg(ctx, DNNL_ARG_DST, d.dst, pd.dst_desc(), true);
-      pl.set_scratchpad(ctx, pd);
+      pl.set_forward<dnnl::convolution_forward>(ctx, pd, d.src, d.wei, !bias.empty() ? &d.bias : nullptr, d.dst);
       return pl.impl;
     });
   });
@@ -113,11 +108,7 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
       const auto pd = dnnlc::conv_bwd_data(ctx.engine(), d.src, d.wei_any, d.dst, d.strides, d.pad_l, d.pad_r, hint,
                                            make_attr());
       if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::convolution_backward_data(pd);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
-      pl.set_scratchpad(ctx, pd);
+      pl.set_backward_data<dnnl::convolution_backward_data>(ctx, pd, d.dst, d.wei, d.src);
       return pl.impl;
     });
   });

@@ -150,12 +150,7 @@ DnnlPlan& dw_fwd_plan(Context& ctx, const Conv2dParams& p, const DwGeo& g, bool 
       auto plan = std::make_unique<DnnlPlan>();
       const DwDescs d = dw_descs(p, g);
       const auto pd = dw_fwd_pd(ctx, d, bias);
-      plan->prim = dnnl::convolution_forward(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      if (bias) plan->args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
-      plan->add_arg(ctx, DNNL_ARG_DST, d.dst, pd.dst_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_forward<dnnl::convolution_forward>(ctx, pd, d.src, d.wei, bias ? &d.bias : nullptr, d.dst);
       return plan.release();
     });
   });
@@ -169,11 +164,7 @@ DnnlPlan& dw_bwd_data_plan(Context& ctx, const Conv2dParams& p, const DwGeo& g) 
       const auto hint = dw_fwd_pd(ctx, d, false);
       const auto pd = dnnlc::conv_bwd_data(ctx.engine(), d.src, d.wei_any, d.dst, d.strides, d.pad_l, d.pad_r, hint,
                                            make_attr());
-      plan->prim = dnnl::convolution_backward_data(pd);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_backward_data<dnnl::convolution_backward_data>(ctx, pd, d.dst, d.wei, d.src);
       return plan.release();
     });
   });
@@ -187,12 +178,7 @@ DnnlPlan& dw_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const DwGeo& g
       const auto hint = dw_fwd_pd(ctx, d, bias);
       const auto pd = dnnlc::conv_bwd_weights(ctx.engine(), d.src, d.wei_any, bias ? &d.bias : nullptr, d.dst,
                                               d.strides, d.pad_l, d.pad_r, hint, make_attr());
-      plan->prim = dnnl::convolution_backward_weights(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
-      if (bias) plan->args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
-      plan->set_scratchpad(ctx, pd);
+      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
       return plan.release();
     });
   });

@@ -53,12 +53,7 @@ RowsPlan& dense_fwd_plan(Context& ctx, int64_t Ci, int64_t Co, bool bias, Activa
       auto plan = std::make_unique<RowsPlan>();
       const DenseDescs d = dense_descs(kRows, Ci, Co);
       const auto pd = dense_fwd_pd(ctx, d, bias, fused);
-      plan->prim = dnnl::inner_product_forward(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      if (bias) plan->args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
-      plan->add_arg(ctx, DNNL_ARG_DST, d.dst, pd.dst_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_forward<dnnl::inner_product_forward>(ctx, pd, d.src, d.wei, bias ? &d.bias : nullptr, d.dst);
       plan->arg_in = DNNL_ARG_SRC, plan->arg_out = DNNL_ARG_DST, plan->in_cols = Ci, plan->out_cols = Co;
       return plan.release();
     });
@@ -74,11 +69,7 @@ RowsPlan& dense_bwd_data_plan(Context& ctx, int64_t Ci, int64_t Co) {
       const DenseDescs d = dense_descs(kRows, Ci, Co);
       const auto hint = dense_fwd_pd(ctx, d, false);
       const auto pd = dnnlc::ip_bwd_data(ctx.engine(), d.src, d.wei, d.dst, hint, make_attr());
-      plan->prim = dnnl::inner_product_backward_data(pd);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
-      plan->set_scratchpad(ctx, pd);
+      plan->set_backward_data<dnnl::inner_product_backward_data>(ctx, pd, d.dst, d.wei, d.src);
       plan->arg_in = DNNL_ARG_DIFF_DST, plan->arg_out = DNNL_ARG_DIFF_SRC, plan->in_cols = Co, plan->out_cols = Ci;
       return plan.release();
     });
@@ -95,12 +86,7 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
       const auto hint = dense_fwd_pd(ctx, d, bias);
       const auto pd = dnnlc::ip_bwd_weights(ctx.engine(), d.src, d.wei, bias ? &d.bias : nullptr, d.dst, hint,
                                             make_attr());
-      plan->prim = dnnl::inner_product_backward_weights(pd);
-      plan->add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      plan->add_arg(ctx, DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true);
-      if (bias) plan->args[DNNL_ARG_DIFF_BIAS] = unbound(d.bias, ctx.engine());
-      plan->set_scratchpad(ctx, pd);
+      plan->set_weight_gradient<dnnl::inner_product_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
       return plan.release();
     });
   });

@@ -51,12 +51,7 @@ bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const 
       const auto pd = dnnlc::ip_fwd(ctx.engine(), d.src, d.wei_any, bias.empty() ? nullptr : &d.bias, d.dst,
                                     make_attr(fused));
       if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::inner_product_forward(pd);
-      pl.add_arg(ctx, DNNL_ARG_SRC, d.src, pd.src_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      if (!bias.empty()) pl.args[DNNL_ARG_BIAS] = unbound(d.bias, ctx.engine());
-      pl.add_arg(ctx, DNNL_ARG_DST, d.dst, pd.dst_desc(), true);
-      pl.set_scratchpad(ctx, pd);
+      pl.set_forward<dnnl::inner_product_forward>(ctx, pd, d.src, d.wei, !bias.empty() ? &d.bias : nullptr, d.dst);
       pl.arg_in = DNNL_ARG_SRC, pl.arg_out = DNNL_ARG_DST, pl.in_cols = Ci, pl.out_cols = Co;
       pl.in_size = dtype_size(t), pl.out_size = direct ? dtype_size(t) : sizeof(float);
       return pl.impl;
@@ -83,11 +78,7 @@ bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w,
       const auto hint = dnnlc::ip_fwd(ctx.engine(), d.src, d.wei_any, nullptr, d.dst, make_attr());
       const auto pd = dnnlc::ip_bwd_data(ctx.engine(), d.src, d.wei_any, d.dst, hint, make_attr());
       if (is_reference_impl(pd.impl_info_str())) return std::string(pd.impl_info_str());
-      pl.prim = dnnl::inner_product_backward_data(pd);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc(), false);
-      pl.add_arg(ctx, DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true);
-      pl.set_scratchpad(ctx, pd);
+      pl.set_backward_data<dnnl::inner_product_backward_data>(ctx, pd, d.dst, d.wei, d.src);
       pl.arg_in = DNNL_ARG_DIFF_DST, pl.arg_out = DNNL_ARG_DIFF_SRC, pl.in_cols = Co, pl.out_cols = Ci;
       pl.in_size = pl.out_size = dtype_size(t);
       return pl.impl;
