@@ -148,7 +148,7 @@ TEST_CASE("few-output dense loops: within their float32 summation bounds of the 
       }
 }
 
-TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; float32 and wide layers stay on oneDNN",
+TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; short float32 and wide layers stay on oneDNN",
           "[backend][cpu][dense]") {
   const DType t = GENERATE(DType::F32, DType::BF16, DType::F16);
   const int64_t Co = GENERATE(10, 32);
@@ -185,6 +185,58 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; f
     CHECK(named == 0);
   else if (!native)
     CHECK(named == 3);  // forward, backward data, weight gradient
+}
+
+TEST_CASE("a float32 dense layer with few outputs and a long input runs mpx's loops forward and backward-data",
+          "[backend][cpu][dense]") {
+  // The seed MNIST net's shape class (8192 or more inputs, at most 16 outputs): forward with
+  // its activation epilogue and backward-data on mpx's loops, the weight gradient on oneDNN's;
+  // all three within float32's bounds of the float64 reference.
+  support::CpuDev d;
+  Rng rng(31);
+  const int64_t N = 5, Ci = 8200, Co = 10;
+  std::vector<float> xv, wv, bv, dyv;
+  Tensor x = d.rand(rng, DType::F32, Shape{N, Ci}, &xv), w = d.rand(rng, DType::F32, Shape{Co, Ci}, &wv);
+  Tensor b = d.rand(rng, DType::F32, Shape{Co}, &bv), dy = d.rand(rng, DType::F32, Shape{N, Co}, &dyv);
+  Tensor y = d.make(DType::F32, Shape{N, Co}), dx = d.make(DType::F32, Shape{N, Ci});
+  Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co});
+  d.be->dense_forward(x, w, b, y, Activation::Relu);
+  d.be->dense_backward_data(dy, w, dx);
+  d.be->dense_backward_weights(x, dy, dw, db);
+  const Vec rb = support::widen(bv);
+  Vec rdb;
+  support::check_close("y", d.get(y), ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb,
+                                                         Activation::Relu), DType::F32);
+  support::check_close("dx", d.get(dx),
+                       ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), DType::F32);
+  support::check_close("dw", d.get(dw),
+                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb),
+                       DType::F32);
+  support::check_close("db", d.get(db), rdb, DType::F32);
+  std::string fwd, bwd_data, bwd_w;
+  for (const KernelChoice& k : d.be->kernels()) {
+    if (k.op.rfind("inner product forward", 0) == 0) fwd = k.impl;
+    if (k.op.rfind("inner product backward data", 0) == 0) bwd_data = k.impl;
+    if (k.op.rfind("inner product backward weights", 0) == 0) bwd_w = k.impl;
+  }
+  const char* mode = std::getenv("MPX_DENSE_FEW");
+  const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
+  INFO("forward " << fwd << "; backward data " << bwd_data << "; weight gradient " << bwd_w);
+  CHECK((fwd.rfind("mpx:few-outputs", 0) == 0) == !off);
+  CHECK((bwd_data.rfind("mpx:few-outputs", 0) == 0) == !off);
+  CHECK(bwd_w.rfind("mpx:few-outputs", 0) != 0);
+  // Each row depends on that row only: the first two rows alone give the same bits.
+  Tensor x2 = d.make(DType::F32, Shape{2, Ci}), y2 = d.make(DType::F32, Shape{2, Co});
+  Tensor dy2 = d.make(DType::F32, Shape{2, Co}), dx2 = d.make(DType::F32, Shape{2, Ci});
+  d.put(x2, std::vector<float>(xv.begin(), xv.begin() + 2 * Ci));
+  d.put(dy2, std::vector<float>(dyv.begin(), dyv.begin() + 2 * Co));
+  d.be->dense_forward(x2, w, b, y2, Activation::Relu);
+  d.be->dense_backward_data(dy2, w, dx2);
+  if (!off) {
+    const std::vector<float> yall = d.get(y), dxall = d.get(dx);
+    support::check_exact("y rows 0-1", d.get(y2), std::vector<float>(yall.begin(), yall.begin() + 2 * Co));
+    support::check_exact("dx rows 0-1", d.get(dx2), std::vector<float>(dxall.begin(), dxall.begin() + 2 * Ci));
+  }
 }
 
 TEST_CASE("a float32 dense layer takes its 16-bit input as it is and returns its input gradient in it",

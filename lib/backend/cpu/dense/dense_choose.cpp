@@ -24,6 +24,15 @@ bool native16_wins(const DenseQuery& q) {
   return q.pass == DensePass::Forward && (q.Co > kDenseFewMaxOut || q.Ci >= 8192);
 }
 
+/// A float32 layer with few outputs and a long input (the seed MNIST net's 21632 -> 10):
+/// mpx's loops read x (forward) and write dx (backward-data) once, where oneDNN's float32 inner
+/// product took about twice as long; oneDNN's weight gradient stays the faster one there
+/// (docs/cpu-performance.md, "Dense layers with few outputs").
+constexpr int64_t kFewF32MinIn = 8192;
+bool few_f32_wins(const DenseQuery& q) {
+  return q.big == DType::F32 && q.Ci >= kFewF32MinIn && q.pass != DensePass::BackwardWeights;
+}
+
 DenseChoice pick(DenseKernel k, std::string name, std::string why) {
   DenseChoice c;
   c.kernel = k, c.name = std::move(name), c.why = std::move(why);
@@ -45,12 +54,16 @@ DenseChoice choose_dense(const DenseQuery& q) {
       why16 = path.text;
   }
   // The switch first: a bad value is exit 2 on every net with a dense layer.
-  if (dense_few_enabled() && is_16bit(q.big) && q.Co <= kDenseFewMaxOut && !reference_loops())
+  const char* big = q.pass == DensePass::BackwardData ? "dx" : "x";
+  if (dense_few_enabled() && q.Co <= kDenseFewMaxOut && !reference_loops() && (is_16bit(q.big) || few_f32_wins(q)))
     return pick(DenseKernel::FewOutputs,
-                fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(), dtype_name(q.big),
-                            q.pass == DensePass::BackwardData ? "dx" : "x"),
-                fmt::format("at most {} outputs and a 16-bit {}: mpx's loops convert it in registers",
-                            kDenseFewMaxOut, q.pass == DensePass::BackwardData ? "dx" : "x"));
+                fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(), dtype_name(q.big), big),
+                is_16bit(q.big)
+                    ? fmt::format("at most {} outputs and a 16-bit {}: mpx's loops convert it in registers",
+                                  kDenseFewMaxOut, big)
+                    : fmt::format("at most {} outputs and a float32 {} of at least {} columns: mpx's loops pass "
+                                  "over it once",
+                                  kDenseFewMaxOut, big, kFewF32MinIn));
   if (reference_loops()) return pick(DenseKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
   return pick(DenseKernel::OneDnn, "oneDNN float32",
               why16.empty() ? "oneDNN's float32 inner product"

@@ -3,10 +3,11 @@
 // operand, x or dx [N, Cin], is 16-bit and the CPU has no native 16-bit math: mpx's own loops
 // read and write that operand as it is (widened in registers, dx rounded once as it is
 // stored) instead of oneDNN's float32 inner product between a widening pass and a rounding
-// pass (docs/cpu-performance.md, "Dense layers with few outputs"). The small operands (w, b,
-// y, dy, dw, db) are float32. Each row's forward and backward-data result depends only on
-// that row, and the weight gradient's columns are each summed over the rows in order by one
-// thread, so no result depends on the batch's size or the thread count.
+// pass; and a float32 one with a long input, whose forward and backward-data they do in one
+// pass over it (docs/cpu-performance.md, "Dense layers with few outputs"). The small
+// operands (w, b, y, dy, dw, db) are float32. Each row's forward and backward-data result
+// depends only on that row, and the weight gradient's columns are each summed over the rows
+// in order by one thread, so no result depends on the batch's size or the thread count.
 #pragma once
 
 #include <cstdint>
