@@ -8,12 +8,15 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "core/activation.h"
+#include "core/half.h"
 #include "support/backend_check.h"
 
 using namespace mpx;
@@ -147,4 +150,44 @@ TEST_CASE("activation loops: the build that runs is the widest that the CPU and 
   CHECK(std::string(cpu::activation_build()) == want);
   Baseline b(true);
   CHECK(std::string(cpu::activation_build()) == "baseline");
+}
+
+TEST_CASE("relu backward on bfloat16 bits: every bit pattern of y and of dy gives the widening formula's bits",
+          "[backend][activation][isa]") {
+  // The bfloat16 relu backward runs on the bits (elementwise/activation.cpp); its reference
+  // is the float32 formula on the widened values, rounded as every 16-bit store is:
+  // f32_to_bf16(activation_grad(relu, y, dy)). Every y against a set of dy that holds the
+  // NaNs (signalling, quiet, negative), the infinities, signed zeros and subnormals, and every
+  // dy against such a set of y; in the chosen build and the baseline.
+  const uint16_t dys[] = {0x3F80, 0xBF80, 0x7F81, 0x7FC0, 0xFFC1, 0xFF81, 0x7F80, 0xFF80,
+                          0x8000, 0x0000, 0x0001, 0x8001, 0x7F7F, 0x007F, 0x4049};
+  const uint16_t ys[] = {0x3F80, 0xBF80, 0x0000, 0x8000, 0x0001, 0x8001, 0x7F80, 0xFF80, 0x7F81, 0xFFC0, 0x7F7F};
+  const int64_t nd = sizeof dys / sizeof dys[0], ny = sizeof ys / sizeof ys[0];
+  std::vector<uint16_t> yv, dyv;
+  for (int64_t b = 0; b < 65536; ++b)
+    for (int64_t k = 0; k < nd; ++k) yv.push_back(static_cast<uint16_t>(b)), dyv.push_back(dys[k]);
+  for (int64_t b = 0; b < 65536; ++b)
+    for (int64_t k = 0; k < ny; ++k) yv.push_back(ys[k]), dyv.push_back(static_cast<uint16_t>(b));
+  const int64_t n = static_cast<int64_t>(yv.size());
+  std::vector<uint16_t> want(yv.size());
+  for (size_t i = 0; i < yv.size(); ++i)
+    want[i] = f32_to_bf16(activation_grad(Activation::Relu, bf16_to_f32(yv[i]), bf16_to_f32(dyv[i])));
+  for (int base = 0; base < 2; ++base) {
+    Baseline b(base == 1);
+    INFO((base ? "baseline build" : "chosen build"));
+    support::CpuDev d;
+    const Tensor y = d.make(DType::BF16, Shape{n}), dy = d.make(DType::BF16, Shape{n});
+    const Tensor dx = d.make(DType::BF16, Shape{n});
+    d.be->upload(y, yv.data());
+    d.be->upload(dy, dyv.data());
+    d.be->activation_backward(Activation::Relu, y, dy, dx);
+    std::vector<uint16_t> got(yv.size());
+    d.be->download(got.data(), dx);
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (got[i] != want[i] && bad++ < 5)
+        FAIL_CHECK("y 0x" << std::hex << yv[i] << ", dy 0x" << dyv[i] << ": got 0x" << got[i] << ", want 0x"
+                          << want[i]);
+    CHECK(bad == 0);
+  }
 }

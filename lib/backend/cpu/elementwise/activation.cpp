@@ -29,6 +29,7 @@
 // build, and the builds give the same bits (test_backend_isa), so a result never depends on
 // the CPU it ran on (docs/cpu-performance.md, "Activations").
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -92,6 +93,17 @@ void elt_run(EltPlan& p, const void* in0, const void* in1, void* out) {
   l.stream.wait();
 }
 
+// relu's backward on bfloat16 bits, without widening: the bits the float32 loops give for
+// bfloat16 y, dy and dx (saved > 0 ? dy : +0, dx rounded by f32_to_bf16). y > 0 is y's bits in
+// [0x0001, 0x7F80] (positive, nonzero, not NaN: no flush of subnormals in mpx); dy passes
+// through unchanged but for a NaN, which f32_to_bf16 quiets (bit 0x0040). Written as selects,
+// so each build vectorizes it.
+__attribute__((always_inline)) inline uint16_t relu_grad_bf16(uint16_t y, uint16_t d) {
+  const bool pos = static_cast<uint16_t>(y - 1u) < 0x7F80u;
+  const uint16_t pass = (d & 0x7FFFu) > 0x7F80u ? static_cast<uint16_t>(d | 0x0040u) : d;
+  return pos ? pass : static_cast<uint16_t>(0);
+}
+
 // The row loops of one activation kind K, for one ISA: y = act(x) and dx = act'(saved, dy)
 // over n float32 elements. core/activation.h's formulas are always_inline, and a baseline
 // function may be inlined into a wider one, so each build vectorizes them at its width.
@@ -106,6 +118,10 @@ void elt_run(EltPlan& p, const void* in0, const void* in1, void* out) {
                                   int64_t n) {                                                \
     const Activation a{K, alpha};                                                             \
     for (int64_t i = 0; i < n; ++i) dx[i] = activation_grad(a, s[i], dy[i]);                  \
+  }                                                                                           \
+  TARGET void ISA##_relu_backward_bf16(const uint16_t* y, const uint16_t* dy, uint16_t* dx,   \
+                                       int64_t n) {                                           \
+    for (int64_t i = 0; i < n; ++i) dx[i] = relu_grad_bf16(y[i], dy[i]);                      \
   }
 MPX_ACT_LOOPS(base, )
 MPX_ACT_LOOPS(avx2, __attribute__((target("avx2"))))
@@ -188,6 +204,18 @@ void activation_backward(Context& ctx, Activation act, const Tensor& saved, cons
   const float alpha = act.alpha;
   const KernelIsa isa = activation_isa();
   note_loops(ctx, 1, act, isa);
+  if (act.kind == ActKind::Relu && saved.dtype == DType::BF16 && dy.dtype == DType::BF16 &&
+      dx.dtype == DType::BF16) {
+    // On the bits: the same results as the widening loops below, one pass over 2-byte values.
+    auto* run = isa == KernelIsa::Avx512 ? avx512_relu_backward_bf16
+                : isa == KernelIsa::Avx2 ? avx2_relu_backward_bf16
+                                         : base_relu_backward_bf16;
+    const auto* y16 = static_cast<const uint16_t*>(saved.data);
+    const auto* dy16 = static_cast<const uint16_t*>(dy.data);
+    auto* dx16 = static_cast<uint16_t*>(dx.data);
+    for_blocks(saved.numel(), [&](int64_t off, int64_t n) { run(y16 + off, dy16 + off, dx16 + off, n); });
+    return;
+  }
   with_activation_kind(act.kind, [&](auto kind) {
     for_blocks(saved.numel(), [&](int64_t off, int64_t n) {
       float bs[kBlock], bdy[kBlock], bdx[kBlock];
