@@ -148,7 +148,37 @@ TEST_CASE("few-output dense loops: within their float32 summation bounds of the 
       }
 }
 
-TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; short float32 and wide layers stay on oneDNN",
+/// The backend's three passes of a relu dense layer on random x, w, dy of dtype t (b, dw
+/// and db float32), each checked against the float64 reference within t's bound; returns the
+/// tensors and the values, for the caller's checks.
+struct DensePasses {
+  std::vector<float> xv, wv, bv, dyv;
+  Tensor x, w, b, dy, y, dx, dw, db;
+};
+DensePasses run_dense_passes(support::CpuDev& d, Rng& rng, DType t, int64_t N, int64_t Ci, int64_t Co) {
+  DensePasses r;
+  r.x = d.rand(rng, t, Shape{N, Ci}, &r.xv), r.w = d.rand(rng, t, Shape{Co, Ci}, &r.wv);
+  r.b = d.rand(rng, DType::F32, Shape{Co}, &r.bv), r.dy = d.rand(rng, t, Shape{N, Co}, &r.dyv);
+  r.y = d.make(t, Shape{N, Co}), r.dx = d.make(t, Shape{N, Ci});
+  r.dw = d.make(DType::F32, Shape{Co, Ci}), r.db = d.make(DType::F32, Shape{Co});
+  d.be->dense_forward(r.x, r.w, r.b, r.y, Activation::Relu);
+  d.be->dense_backward_data(r.dy, r.w, r.dx);
+  d.be->dense_backward_weights(r.x, r.dy, r.dw, r.db);
+  const Vec rb = support::widen(r.bv);
+  Vec rdb;
+  support::check_close("y", d.get(r.y), ref::dense_forward(N, Ci, Co, support::widen(r.xv), support::widen(r.wv), &rb,
+                                                           Activation::Relu), t);
+  support::check_close("dx", d.get(r.dx),
+                       ref::dense_backward_data(N, Ci, Co, support::widen(r.dyv), support::widen(r.wv)), t);
+  support::check_close("dw", d.get(r.dw),
+                       ref::dense_backward_weights(N, Ci, Co, support::widen(r.xv), support::widen(r.dyv), &rdb),
+                       DType::F32);
+  support::check_close("db", d.get(r.db), rdb, DType::F32);
+  return r;
+}
+
+TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; short float32 and wide layers stay "
+          "on oneDNN",
           "[backend][cpu][dense]") {
   const DType t = GENERATE(DType::F32, DType::BF16, DType::F16);
   const int64_t Co = GENERATE(10, 32);
@@ -156,24 +186,7 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; s
   support::CpuDev d;
   Rng rng(29);
   const int64_t N = 6, Ci = 200;
-  std::vector<float> xv, wv, bv, dyv;
-  Tensor x = d.rand(rng, t, Shape{N, Ci}, &xv), w = d.rand(rng, t, Shape{Co, Ci}, &wv);
-  Tensor b = d.rand(rng, DType::F32, Shape{Co}, &bv), dy = d.rand(rng, t, Shape{N, Co}, &dyv);
-  Tensor y = d.make(t, Shape{N, Co}), dx = d.make(t, Shape{N, Ci});
-  Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co});
-  d.be->dense_forward(x, w, b, y, Activation::Relu);
-  d.be->dense_backward_data(dy, w, dx);
-  d.be->dense_backward_weights(x, dy, dw, db);
-  const Vec rb = support::widen(bv);
-  Vec rdb;
-  support::check_close("y", d.get(y), ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb,
-                                                         Activation::Relu), t);
-  support::check_close("dx", d.get(dx),
-                       ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), t);
-  support::check_close("dw", d.get(dw),
-                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb),
-                       DType::F32);
-  support::check_close("db", d.get(db), rdb, DType::F32);
+  run_dense_passes(d, rng, t, N, Ci, Co);
   int named = 0;
   for (const KernelChoice& k : d.be->kernels())
     if (k.op.rfind("inner product", 0) == 0 && k.impl.rfind("mpx:few-outputs", 0) == 0) ++named;
@@ -195,24 +208,7 @@ TEST_CASE("a float32 dense layer with few outputs and a long input runs mpx's lo
   support::CpuDev d;
   Rng rng(31);
   const int64_t N = 5, Ci = 8200, Co = 10;
-  std::vector<float> xv, wv, bv, dyv;
-  Tensor x = d.rand(rng, DType::F32, Shape{N, Ci}, &xv), w = d.rand(rng, DType::F32, Shape{Co, Ci}, &wv);
-  Tensor b = d.rand(rng, DType::F32, Shape{Co}, &bv), dy = d.rand(rng, DType::F32, Shape{N, Co}, &dyv);
-  Tensor y = d.make(DType::F32, Shape{N, Co}), dx = d.make(DType::F32, Shape{N, Ci});
-  Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co});
-  d.be->dense_forward(x, w, b, y, Activation::Relu);
-  d.be->dense_backward_data(dy, w, dx);
-  d.be->dense_backward_weights(x, dy, dw, db);
-  const Vec rb = support::widen(bv);
-  Vec rdb;
-  support::check_close("y", d.get(y), ref::dense_forward(N, Ci, Co, support::widen(xv), support::widen(wv), &rb,
-                                                         Activation::Relu), DType::F32);
-  support::check_close("dx", d.get(dx),
-                       ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv)), DType::F32);
-  support::check_close("dw", d.get(dw),
-                       ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb),
-                       DType::F32);
-  support::check_close("db", d.get(db), rdb, DType::F32);
+  const DensePasses r = run_dense_passes(d, rng, DType::F32, N, Ci, Co);
   std::string fwd, bwd_data, bwd_w;
   for (const KernelChoice& k : d.be->kernels()) {
     if (k.op.rfind("inner product forward", 0) == 0) fwd = k.impl;
@@ -228,12 +224,12 @@ TEST_CASE("a float32 dense layer with few outputs and a long input runs mpx's lo
   // Each row depends on that row only: the first two rows alone give the same bits.
   Tensor x2 = d.make(DType::F32, Shape{2, Ci}), y2 = d.make(DType::F32, Shape{2, Co});
   Tensor dy2 = d.make(DType::F32, Shape{2, Co}), dx2 = d.make(DType::F32, Shape{2, Ci});
-  d.put(x2, std::vector<float>(xv.begin(), xv.begin() + 2 * Ci));
-  d.put(dy2, std::vector<float>(dyv.begin(), dyv.begin() + 2 * Co));
-  d.be->dense_forward(x2, w, b, y2, Activation::Relu);
-  d.be->dense_backward_data(dy2, w, dx2);
+  d.put(x2, std::vector<float>(r.xv.begin(), r.xv.begin() + 2 * Ci));
+  d.put(dy2, std::vector<float>(r.dyv.begin(), r.dyv.begin() + 2 * Co));
+  d.be->dense_forward(x2, r.w, r.b, y2, Activation::Relu);
+  d.be->dense_backward_data(dy2, r.w, dx2);
   if (!off) {
-    const std::vector<float> yall = d.get(y), dxall = d.get(dx);
+    const std::vector<float> yall = d.get(r.y), dxall = d.get(r.dx);
     support::check_exact("y rows 0-1", d.get(y2), std::vector<float>(yall.begin(), yall.begin() + 2 * Co));
     support::check_exact("dx rows 0-1", d.get(dx2), std::vector<float>(dxall.begin(), dxall.begin() + 2 * Ci));
   }

@@ -147,7 +147,8 @@ DnnlPlan& conv_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const Geo& g
                                                      d.pad_r, hint, make_attr())
                            : dnnlc::conv_bwd_weights(ctx.engine(), d.src_any, d.wei_any, nullptr, d.dst_any,
                                                      d.strides, d.pad_l, d.pad_r, hint, make_attr());
-      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
+      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei,
+                                                                    bias ? &d.bias : nullptr);
       return plan.release();
     });
   });

@@ -123,9 +123,10 @@ void conv_winograd_wgrad(const WinoGeo& g, const void* in, const void* dy, float
   const int a = alpha(g);
   const int64_t a2 = a * a, tb = g.tiles_per_block, t_all = tiles(g), blocks = (t_all + tb - 1) / tb;
   const int64_t acc_n = wgrad_acc_floats(g), per = wgrad_per_thread(g);
-  auto* run = kernel_isa() == KernelIsa::Avx512 ? wino_avx512::wgrad_block
-              : kernel_isa() == KernelIsa::Avx2 ? wino_avx2::wgrad_block
-                                   : wino_base::wgrad_block;
+  const KernelIsa isa = kernel_isa();
+  auto* run = isa == KernelIsa::Avx512 ? wino_avx512::wgrad_block
+              : isa == KernelIsa::Avx2 ? wino_avx2::wgrad_block
+                                       : wino_base::wgrad_block;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
@@ -181,9 +182,10 @@ void conv_winograd(const WinoGeo& g, const void* in, const float* u, const float
   const WinoBlock b{&g, in, u, bias, out, relu, io, l.ldv, l.ldm, l.plane_v, l.plane_m};
   const int64_t a2 = alpha(g) * alpha(g), tb = g.tiles_per_block, t_all = tiles(g);
   const int64_t blocks = (t_all + tb - 1) / tb;
-  auto* run = kernel_isa() == KernelIsa::Avx512 ? wino_avx512::run_block
-              : kernel_isa() == KernelIsa::Avx2 ? wino_avx2::run_block
-                                   : wino_base::run_block;
+  const KernelIsa isa = kernel_isa();
+  auto* run = isa == KernelIsa::Avx512 ? wino_avx512::run_block
+              : isa == KernelIsa::Avx2 ? wino_avx2::run_block
+                                       : wino_base::run_block;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {

@@ -178,7 +178,8 @@ DnnlPlan& dw_bwd_filter_plan(Context& ctx, const Conv2dParams& p, const DwGeo& g
       const auto hint = dw_fwd_pd(ctx, d, bias);
       const auto pd = dnnlc::conv_bwd_weights(ctx.engine(), d.src, d.wei_any, bias ? &d.bias : nullptr, d.dst,
                                               d.strides, d.pad_l, d.pad_r, hint, make_attr());
-      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
+      plan->set_weight_gradient<dnnl::convolution_backward_weights>(ctx, pd, d.src, d.dst, d.wei,
+                                                                    bias ? &d.bias : nullptr);
       return plan.release();
     });
   });

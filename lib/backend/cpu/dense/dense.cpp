@@ -86,7 +86,8 @@ DnnlPlan& dense_bwd_weights_plan(Context& ctx, int64_t N, int64_t Ci, int64_t Co
       const auto hint = dense_fwd_pd(ctx, d, bias);
       const auto pd = dnnlc::ip_bwd_weights(ctx.engine(), d.src, d.wei, bias ? &d.bias : nullptr, d.dst, hint,
                                             make_attr());
-      plan->set_weight_gradient<dnnl::inner_product_backward_weights>(ctx, pd, d.src, d.dst, d.wei, bias ? &d.bias : nullptr);
+      plan->set_weight_gradient<dnnl::inner_product_backward_weights>(ctx, pd, d.src, d.dst, d.wei,
+                                                                      bias ? &d.bias : nullptr);
       return plan.release();
     });
   });
