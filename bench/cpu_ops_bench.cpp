@@ -124,6 +124,13 @@ void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, A
          median_wall_cpu([&] { d.be->dense_forward(x, w, b, y, act); }, reps));
   report(d, layer, t, "bwd-data", "inner product backward data", shape,
          median_wall_cpu([&] { d.be->dense_backward_data(dy, w, dx); }, reps));
+  // x as the output of the relu before the layer: its backward as a second pass, and fused.
+  report(d, layer, t, "bwd-data, relu", "inner product backward data", shape, median_wall_cpu([&] {
+           d.be->dense_backward_data(dy, w, dx);
+           d.be->activation_backward(Activation::Relu, x, dx, dx);
+         }, reps));
+  report(d, layer, t, "bwd-data+relu", "inner product backward data", shape,
+         median_wall_cpu([&] { d.be->dense_relu_backward_data(dy, w, x, dx); }, reps));
   report(d, layer, t, "bwd-weights", "inner product backward weights", shape,
          median_wall_cpu([&] { d.be->dense_backward_weights(x, dy, dw, db); }, reps));
 }

@@ -282,6 +282,81 @@ TEST_CASE("a float32 dense layer takes its 16-bit input as it is and returns its
   }
 }
 
+TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then relu's backward, on each kernel",
+          "[backend][cpu][dense][fuse]") {
+  // The relu's backward done with the product (docs/cpu-performance.md, "Relu before a dense
+  // layer"): x, the relu's output, with zeros of both signs, negatives and NaN (not > 0: 0),
+  // and a NaN in one row of dy; mpx's few-output loops (a 16-bit layer, a float32 layer with
+  // a long input, a float32 layer reading a 16-bit x as it is) and oneDNN's inner product
+  // (32 outputs). Against the two ops bit for bit, and the float64 reference masked by x > 0.
+  struct Case {
+    DType t, tx;  // the layer's dtype and x's (dx's)
+    int64_t Ci, Co;
+  };
+  const Case cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 32},
+                        {DType::BF16, DType::BF16, 300, 10}, {DType::F16, DType::F16, 300, 10},
+                        {DType::BF16, DType::BF16, 300, 32}, {DType::F32, DType::BF16, 8200, 10},
+                        {DType::F32, DType::F16, 300, 10},   {DType::F32, DType::BF16, 300, 32}};
+  for (const Case& cs : cases)
+    DYNAMIC_SECTION(dtype_name(cs.t) << " layer, " << dtype_name(cs.tx) << " x, " << cs.Ci << " -> " << cs.Co) {
+      support::CpuDev d;
+      Rng rng(static_cast<uint64_t>(41 + cs.Ci + cs.Co));
+      const int64_t N = 5, Ci = cs.Ci, Co = cs.Co;
+      std::vector<float> xv, wv, dyv;
+      Tensor x = d.rand(rng, cs.tx, Shape{N, Ci}, &xv);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t i = 0; i < N * Ci; ++i) {  // a relu's output: about half zeros, then the odd values
+        if (xv[static_cast<size_t>(i)] < 0) xv[static_cast<size_t>(i)] = (i % 3 == 0) ? -0.0f : 0.0f;
+        if (i % 97 == 5) xv[static_cast<size_t>(i)] = -0.25f;
+        if (i % 89 == 7) xv[static_cast<size_t>(i)] = nan;
+      }
+      d.put(x, xv);
+      Tensor w = d.rand(rng, cs.t, Shape{Co, Ci}, &wv), dy = d.rand(rng, cs.t, Shape{N, Co}, &dyv);
+      dyv[1] = nan;  // row 0's dx is NaN where x > 0
+      d.put(dy, dyv);
+      Tensor fused = d.make(cs.tx, Shape{N, Ci}), two = d.make(cs.tx, Shape{N, Ci});
+      d.be->dense_relu_backward_data(dy, w, x, fused);
+      d.be->dense_backward_data(dy, w, two);
+      d.be->activation_backward(Activation::Relu, x, two, two);
+      const std::vector<float> got = d.get(fused);
+      support::check_exact("dx against the two ops", got, d.get(two));
+      const Vec full = ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv));
+      std::vector<float> got_rest(got.begin() + Ci, got.end());
+      Vec want_rest(full.begin() + Ci, full.end());
+      for (size_t i = 0; i < want_rest.size(); ++i)
+        if (!(xv[static_cast<size_t>(Ci) + i] > 0.0f)) want_rest[i] = 0.0;
+      support::check_close("dx of rows 1.. against float64", got_rest, want_rest, cs.tx);
+      for (int64_t i = 0; i < Ci; ++i) {  // row 0: NaN where the relu was active, 0 elsewhere
+        const bool active = xv[static_cast<size_t>(i)] > 0.0f;
+        INFO("row 0, column " << i);
+        CHECK((active ? std::isnan(got[static_cast<size_t>(i)]) : got[static_cast<size_t>(i)] == 0.0f));
+      }
+      std::string impl;
+      for (const KernelChoice& k : d.be->kernels())
+        if (k.op.rfind("inner product backward data", 0) == 0) impl = k.impl;
+      const char* mode = std::getenv("MPX_DENSE_FEW");
+      const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
+      bool native = false;
+      for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+      INFO("backward data ran " << impl);
+      if (Co > cpu::kDenseFewMaxOut || off) CHECK(impl.rfind("mpx:few-outputs", 0) != 0);
+      if (Co <= cpu::kDenseFewMaxOut && !off && !native && (cs.t != DType::F32 || cs.tx != DType::F32 || Ci >= 8192))
+        CHECK(impl.rfind("mpx:few-outputs", 0) == 0);
+    }
+}
+
+TEST_CASE("dense_relu_backward_data: an x of another shape or dtype than dx is refused", "[backend][cpu][dense]") {
+  support::CpuDev d;
+  Rng rng(43);
+  Tensor dy = d.rand(rng, DType::F32, Shape{2, 3}, nullptr), w = d.rand(rng, DType::F32, Shape{3, 8}, nullptr);
+  Tensor dx = d.make(DType::F32, Shape{2, 8});
+  Tensor x16 = d.rand(rng, DType::BF16, Shape{2, 8}, nullptr), x_short = d.rand(rng, DType::F32, Shape{2, 7}, nullptr);
+  REQUIRE_THROWS_WITH(d.be->dense_relu_backward_data(dy, w, x16, dx),
+                      Catch::Contains("dense_relu_backward_data: x bfloat16[2, 8] and dx float32[2, 8]"));
+  REQUIRE_THROWS_WITH(d.be->dense_relu_backward_data(dy, w, x_short, dx),
+                      Catch::Contains("dense_relu_backward_data: x float32[2, 7] and dx float32[2, 8]"));
+}
+
 TEST_CASE("dense ops: a float32 input or input gradient of a 16-bit layer, or outputs of another dtype, are refused",
           "[backend][cpu][dense]") {
   support::CpuDev d;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The plan-time fusion of a relu's backward into the max pooling after it
-// (docs/cpu-performance.md "Max pooling after relu"): a model's gradients are the same
+// The plan-time fusion of a relu's backward into the max pooling or the dense layer after
+// it (docs/cpu-performance.md "Max pooling after relu", "Relu before a dense layer"), the
+// dense one across a flatten and into a float32 dense layer that reads a 16-bit input as it
+// is: a model's gradients are the same
 // bits with the fusion on and off (MPX_CPU_FUSE=0), under float32 and the 16-bit
 // policies, for a relu fused into conv2d and for a relu activation layer; and the fusion
 // really ran (the pool layer's input gradient is then already zero where the relu was
@@ -38,7 +40,8 @@ struct Run {
 
 constexpr int kH = 10, kW = 10, kC = 2, kClasses = 3, kN = 4;
 
-Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse) {
+/// `fused_type`: the layers whose input gradient is counted where their input is not > 0.
+Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse, const std::string& fused_type = "max_pool") {
   Fuse f(fuse);
   Run r;
   auto be = create_backend("cpu");
@@ -57,7 +60,7 @@ Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse) {
   r.input_grad = support::download_f32(*be, m.input_grad());
   const std::vector<LayerTensors> lt = m.layer_tensors();
   for (size_t i = 1; i < lt.size(); ++i) {
-    if (lt[i].type != "max_pool") continue;
+    if (lt[i].type != fused_type) continue;
     const std::vector<float> in = support::download_f32(*be, lt[i - 1].output);
     const std::vector<float> g = support::download_f32(*be, lt[i].input_grad);
     REQUIRE(in.size() == g.size());
@@ -121,5 +124,58 @@ TEST_CASE("relu then max_pool: no fusion after leaky_relu or across a dtype chan
     same_bits(on.grads, off.grads, "weight gradients");
     CHECK(on.routed_past_relu > 0);  // not fused: the pool's own gradient
     CHECK(on.workspace_bytes == off.workspace_bytes);
+  }
+}
+
+TEST_CASE("relu then (flatten then) dense: the same gradient bits with the fusion on and off", "[nn][dense][fuse]") {
+  LayerConfig relu = make_layer(LayerType::Activation);
+  relu.activation = ActivationName::Relu;
+  LayerConfig dense32 = with_dtype(dense_layer(kClasses), LayerDType::Float32);
+  const std::vector<std::vector<LayerConfig>> nets = {
+      // conv(relu) -> flatten -> dense: the seed MNIST net's shape.
+      {relu_conv(6), make_layer(LayerType::Flatten), dense_layer(kClasses)},
+      // ... -> dense(relu) -> dense: two fusions.
+      {relu_conv(4), make_layer(LayerType::Flatten), dense_layer(8, ActivationName::Relu), dense_layer(kClasses)},
+      // a relu layer before the flatten.
+      {conv_layer(5, 3), relu, make_layer(LayerType::Flatten), dense_layer(kClasses)},
+      // a float32 dense layer (the seed net's `dtype: float32` classifier): under the 16-bit
+      // policies it reads the conv's 16-bit output as it is.
+      {relu_conv(6), make_layer(LayerType::Flatten), dense32},
+  };
+  // The relu gradient buffers released, per sample in elements (the layer's dtype): the conv
+  // or relu layer outputs [8, 8, C], and net 1's dense(relu) output [8].
+  const std::vector<size_t> released = {8 * 8 * 6, 8 * 8 * 4 + 8, 8 * 8 * 5, 8 * 8 * 6};
+  for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16, Policy::MixedFloat16})
+    for (size_t i = 0; i < nets.size(); ++i) {
+      INFO("net " << i << ", policy " << policy_name(policy));
+      const Run on = run(nets[i], policy, true, "dense"), off = run(nets[i], policy, false, "dense");
+      same_bits(on.grads, off.grads, "weight gradients");
+      same_bits(on.input_grad, off.input_grad, "input gradient");
+      CHECK(on.routed_past_relu == 0);  // every dense layer computed its input relu's gradient too
+      CHECK(off.routed_past_relu > 0);
+      const size_t bytes = policy == Policy::Float32 ? 4 : 2;
+      CHECK(off.workspace_bytes - on.workspace_bytes == released[i] * kN * bytes);
+    }
+}
+
+TEST_CASE("relu then dense: no fusion after leaky_relu, across a cast or past a layer that changes values",
+          "[nn][dense][fuse]") {
+  LayerConfig leaky = conv_layer(6, 3, 1, Padding::Valid, ActivationName::LeakyRelu);
+  leaky.negative_slope = 0.0;
+  LayerConfig flatten32 = with_dtype(make_layer(LayerType::Flatten), LayerDType::Float32);
+  LayerConfig dropout = make_layer(LayerType::Dropout);
+  dropout.rate = 0.5;
+  const std::vector<std::vector<LayerConfig>> nets = {
+      {leaky, make_layer(LayerType::Flatten), dense_layer(kClasses)},
+      {relu_conv(6), flatten32, dense_layer(kClasses)},  // a cast into the float32 flatten
+      {relu_conv(6), make_layer(LayerType::Flatten), dropout, dense_layer(kClasses)},
+  };
+  for (size_t i = 0; i < nets.size(); ++i) {
+    INFO("net " << i);
+    const Run on = run(nets[i], Policy::MixedBFloat16, true, "dense"),
+              off = run(nets[i], Policy::MixedBFloat16, false, "dense");
+    same_bits(on.grads, off.grads, "weight gradients");
+    CHECK(on.workspace_bytes == off.workspace_bytes);
+    if (i != 2) CHECK(on.routed_past_relu > 0);  // not fused: the dense layer's own gradient
   }
 }

@@ -138,6 +138,13 @@ class Backend {
   void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& dx, const Tensor& argmax = Tensor());
 
+  // ---- dense after relu ------------------------------------------------------
+  /// dense_backward_data and, in the same call, the backward of the relu whose output is
+  /// x, the dense layer's input (dx's shape and dtype): dx = dy * w where x > 0, else 0; the
+  /// same bits as dense_backward_data followed by activation_backward(relu, x, dx, dx)
+  /// (docs/cpu-performance.md, "Relu before a dense layer").
+  void dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
+
   // ---- fused mixed-precision passes over flat float32 arenas ----------------
   /// grads *= inv_scale in place, in one pass that also tests every value.
   /// Returns true when every value is finite.
@@ -240,6 +247,10 @@ class Backend {
   /// The base composes pool_backward_impl and activation_backward_impl; the CPU backend fuses.
   virtual void max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
                                            const Tensor& dy, const Tensor& dx);
+  /// The base composes dense_backward_data_impl and activation_backward_impl; the CPU
+  /// backend fuses.
+  virtual void dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& x,
+                                             const Tensor& dx);
   /// max_pool_keeps_argmax and the ops that take an argmax: the base keeps none.
   virtual bool max_pool_keeps_argmax_impl(const PoolParams&, const Shape&) const { return false; }
   /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).

@@ -117,6 +117,25 @@ void Backend::max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, 
   activation_backward_impl(Activation::Relu, x, dx, dx);
 }
 
+void Backend::dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx) {
+  const char* op = "dense_relu_backward_data";
+  require_float(op, "dy", dy);
+  require_data(op, "w", w);
+  require_float(op, "dx", dx);
+  require_same_dtype(op, "dy", dy, "w", w);
+  require_layer_input(op, "dx", dx, "dy", dy.dtype);
+  check_dense_shapes(op, dx, "dx", w, dy, "dy");
+  require_same_dtype(op, "x", x, "dx", dx);
+  require_same_shape(op, "x", x, "dx", dx);
+  if (dx.numel() == 0) return;
+  dense_relu_backward_data_impl(dy, w, x, dx);
+}
+
+void Backend::dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx) {
+  dense_backward_data_impl(dy, w, dx);
+  activation_backward_impl(Activation::Relu, x, dx, dx);
+}
+
 // ---- fused mixed-precision passes --------------------------------------------
 
 bool Backend::unscale_and_check(const Tensor& grads, float inv_scale) {

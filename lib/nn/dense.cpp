@@ -37,6 +37,15 @@ class Dense : public KernelLayer {
   // a 16-bit x and dx with float32 weights: backend/op_table.inc).
   bool reads_input_as(DType t) const override { return dtype_ == DType::F32 && is_16bit(t); }
 
+  // The relu's backward is done with the product (Backend::dense_relu_backward_data;
+  // docs/cpu-performance.md, "Relu before a dense layer").
+  bool fuse_input_relu() override {
+    relu_input_ = true;
+    return true;
+  }
+  bool ends_in_relu() const override { return act_.is_relu(); }
+  void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
+
  private:
   void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                    const Tensor& pre) override {
@@ -47,8 +56,13 @@ class Dense : public KernelLayer {
     c.be->dense_backward_weights(x, g, dw, db);
   }
   void run_backward_data(Context& c, const Tensor& g, const Tensor& w, const Tensor& dx) override {
-    c.be->dense_backward_data(g, w, dx);
+    if (relu_input_)
+      c.be->dense_relu_backward_data(g, w, x_, dx);
+    else
+      c.be->dense_backward_data(g, w, dx);
   }
+
+  bool relu_input_ = false;  // x is a relu's output whose gradient this layer computes too
 };
 
 }  // namespace

@@ -63,6 +63,7 @@ class Flatten : public Layer {
     out_shape_ = Shape{in.numel()};
   }
   void plan_dx(Context&) override {}
+  bool passes_relu_through() const override { return true; }
   Tensor forward(Context&, const Tensor& x) override { return x.reshaped(with_batch(x.shape[0], out_shape_)); }
   Tensor backward(Context&, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();

@@ -169,6 +169,9 @@ class Layer {
   /// Whether this layer computes, along with its own, the gradient of the relu whose output
   /// is its input; when it returns true it does so from then on.
   virtual bool fuse_input_relu() { return false; }
+  /// Whether the layer's output is its input reshaped (flatten) and its backward returns dy
+  /// reshaped: a relu's output is still one after it, so the fusion may reach across it.
+  virtual bool passes_relu_through() const { return false; }
 
   /// Trainable + non-trainable parameter count (nested layers included).
   virtual int64_t param_count(const Context& c) const;

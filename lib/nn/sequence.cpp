@@ -269,11 +269,22 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
     if (need_dx) s.dx_cast = c.plan(in_dtype, layer->in_shape(), layer->name() + " input gradient cast", false);
   }
   // A relu's backward fused into the next layer's (docs/cpu-performance.md "Max pooling after
-  // relu"): only when the next layer reads the relu's output tensor itself (no cast between
-  // them) and returns an input gradient; MPX_CPU_FUSE=0 turns it off.
-  if (need_dx && !steps_.empty() && in_dtype == layer->dtype() && steps_.back().layer->dtype() == in_dtype &&
-      steps_.back().layer->ends_in_relu() && env_flag("MPX_CPU_FUSE", true) && layer->fuse_input_relu())
-    steps_.back().layer->skip_relu_backward(c);
+  // relu", "Relu before a dense layer"): only when the next layer reads the relu's output
+  // tensor itself (no cast between them, only reshapes such as flatten; a float32 dense layer
+  // that reads a 16-bit input as it is qualifies) and returns an input gradient;
+  // MPX_CPU_FUSE=0 turns it off.
+  if (need_dx && in_dtype == layer->input_dtype() && env_flag("MPX_CPU_FUSE", true)) {
+    Layer* relu = nullptr;
+    for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+      if (it->layer->dtype() != in_dtype) break;
+      if (!it->layer->passes_relu_through()) {
+        relu = it->layer.get();
+        break;
+      }
+      if (it->in_dtype != in_dtype) break;  // a cast before the reshape
+    }
+    if (relu && relu->ends_in_relu() && layer->fuse_input_relu()) relu->skip_relu_backward(c);
+  }
   out_shape_ = layer->out_shape();
   out_dtype_ = layer->dtype();
   s.layer = std::move(layer);

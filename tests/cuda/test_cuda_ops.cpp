@@ -230,6 +230,36 @@ TEST_CASE("cuda: a float32 dense layer's 16-bit input x and input gradient dx, a
   }
 }
 
+TEST_CASE("cuda: dense_relu_backward_data equals dense_backward_data then relu's backward, and the CPU",
+          "[cuda][dense][fuse]") {
+  // The base implementation composes the two ops on the GPU: the same bits as those two GPU
+  // ops; against the CPU's fused op within the dtype's tolerance (dense sums differ in order).
+  Rng rng(16);
+  struct D {
+    DType t, tx;  // the layer's dtype, x's and dx's
+  };
+  for (const D& dd : {D{DType::F32, DType::F32}, D{DType::BF16, DType::BF16}, D{DType::F16, DType::F16},
+                      D{DType::F32, DType::BF16}}) {
+    if (!be().gpu->supports(Op::Dense, dd.t)) continue;
+    const std::string what = std::string("dense 16x300->10 relu input, layer ") + dt_name(dd.t) + ", x " +
+                             dt_name(dd.tx);
+    INFO(what);
+    Dual x = random_dual(rng, dd.tx, Shape{16, 300});  // about half of it not > 0: masked
+    Dual w = random_dual(rng, dd.t, Shape{10, 300}, -0.3f, 0.3f);
+    Dual dy = random_dual(rng, dd.t, Shape{16, 10});
+    Dual fused = poisoned(dd.tx, Shape{16, 300}), two = poisoned(dd.tx, Shape{16, 300});
+    be().cpu->dense_relu_backward_data(dy.c, w.c, x.c, fused.c);
+    be().gpu->dense_relu_backward_data(dy.g, w.g, x.g, fused.g);
+    expect_close(fused, tolerance(dd.tx), what);
+    be().gpu->dense_backward_data(dy.g, w.g, two.g);
+    be().gpu->activation_backward(Activation::Relu, x.g, two.g, two.g);
+    std::vector<char> a(fused.g.bytes()), b(two.g.bytes());
+    be().gpu->download(a.data(), fused.g);
+    be().gpu->download(b.data(), two.g);
+    CHECK(a == b);
+  }
+}
+
 TEST_CASE("cuda: relu forward/backward and add, bit for bit", "[cuda][elementwise]") {
   Rng rng(6);
   for (DType t : float_dtypes()) {

@@ -192,6 +192,11 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("max_pool_relu_backward");
     cpu::pool_backward(ctx_, p, x, y, dy, dx, true);
   }
+  void dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& x,
+                                     const Tensor& dx) override {
+    MPX_OP_TIMER("dense_relu_backward_data");
+    cpu::dense_relu_backward_data(ctx_, dy, w, x, dx);
+  }
   bool max_pool_keeps_argmax_impl(const PoolParams& p, const Shape& x) const override {
     return cpu::max_pool_keeps_argmax(p, x);
   }

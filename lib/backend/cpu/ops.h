@@ -25,6 +25,11 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
 /// The build of the activation loops that runs now: "avx512", "avx2" or "baseline".
 const char* activation_build();
 
+// dense.cpp
+/// dense_backward_data and the backward of the relu whose output is x
+/// (Backend::dense_relu_backward_data): in the few-output loops' registers, else a pass after.
+void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
+
 // pool.cpp
 void pool_forward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y);
 /// relu_input (max pooling only): x is a relu's output, and dx is also that relu's gradient.

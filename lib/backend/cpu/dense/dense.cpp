@@ -160,11 +160,19 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
   activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
 }
 
-void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
+namespace {
+
+/// dense_backward_data; with `relu_out` (a relu's output, dx's shape and dtype) also that
+/// relu's backward: in the few-output loops' registers, else a pass after the product.
+void backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx, const Tensor* relu_out) {
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   DenseQuery q = query(DensePass::BackwardData, N, Ci, Co, dy.dtype, dx.dtype);
   const DenseChoice* c = &choice(ctx, kDenseBwdData, q);
-  if (dx.dtype == dy.dtype && dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16)) return;
+  auto relu_pass = [&] {
+    if (relu_out) activation_backward(ctx, Activation::Relu, *relu_out, dx, dx);
+  };
+  if (dx.dtype == dy.dtype && dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16))
+    return relu_pass();
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, kDenseBwdData, q);
@@ -172,7 +180,7 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   if (c->kernel == DenseKernel::FewOutputs) {
-    dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype);
+    dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype, relu_out ? relu_out->data : nullptr);
     return;
   }
   float* dxf = f32_out(ctx, kSlotDX, dx);
@@ -184,6 +192,17 @@ void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const 
     plan.run_rows(ctx, dyf, dxf, N);
   }
   f32_commit(dxf, dx);
+  relu_pass();
+}
+
+}  // namespace
+
+void dense_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  backward_data(ctx, dy, w, dx, nullptr);
+}
+
+void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx) {
+  backward_data(ctx, dy, w, dx, &x);
 }
 
 void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw, const Tensor& db) {

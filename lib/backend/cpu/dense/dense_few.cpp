@@ -58,19 +58,19 @@ const char* dense_few_isa() { return winograd_isa(); }
 
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
                        float* y) {
-  DenseFewArgs a{N, Ci, Co, x, xt, w, b, nullptr, y, nullptr, nullptr};
+  DenseFewArgs a{N, Ci, Co, x, xt, w, b, nullptr, y, nullptr, nullptr, nullptr};
   split(N, 1, [&](int64_t n0, int64_t n1, int) { build().forward(a, n0, n1); });
 }
 
 void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx,
-                             DType dxt) {
-  DenseFewArgs a{N, Ci, Co, nullptr, dxt, w, nullptr, dy, nullptr, nullptr, dx};
+                             DType dxt, const void* relu_out) {
+  DenseFewArgs a{N, Ci, Co, nullptr, dxt, w, nullptr, dy, nullptr, nullptr, dx, relu_out};
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_data(a, i0, i1); });  // whole column blocks
 }
 
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
                                 float* dw, float* db) {
-  DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr};
+  DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr, nullptr};
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_weights(a, i0, i1); });  // whole column blocks
   if (db)
     for (int64_t o = 0; o < Co; ++o) {

@@ -24,8 +24,10 @@ constexpr int64_t kDenseFewMaxOut = 16;
 /// y [N, Co] = x [N, Ci] (dtype xt) w^T + b (b may be null).
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
                        float* y);
-/// dx [N, Ci] (dtype dxt, rounded once) = dy [N, Co] w.
-void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx, DType dxt);
+/// dx [N, Ci] (dtype dxt, rounded once) = dy [N, Co] w; with relu_out (a relu's output, dx's
+/// shape and dtype) 0 wherever relu_out is not > 0, the relu's backward done in registers.
+void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx, DType dxt,
+                             const void* relu_out = nullptr);
 /// dw [Co, Ci] = dy^T x (x of dtype xt); db [Co] = dy's column sums (when not null).
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
                                 float* dw, float* db);
@@ -41,7 +43,8 @@ struct DenseFewArgs {
   DType t;        // x's or dx's dtype
   const float *w, *b, *dy;
   float *y, *dw;
-  void* dx;  // backward-data
+  void* dx;             // backward-data
+  const void* relu_out;  // backward-data: a relu's output (dx's dtype), or null
 };
 #define MPX_DENSE_FEW_DECL(ns)                                                 \
   namespace ns {                                                               \
