@@ -113,11 +113,13 @@ void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int6
          median_wall_cpu([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, reps));
 }
 
-void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, Activation act, int reps) {
+/// tx: x's and dx's dtype (a float32 layer may read a 16-bit input as it is).
+void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, Activation act, int reps,
+                DType tx) {
   bench::CpuDev d;
   Rng rng(7);
-  Tensor x = d.rand(rng, t, Shape{N, Ci}), w = d.rand(rng, t, Shape{Co, Ci}), b = d.rand(rng, t, Shape{Co});
-  Tensor y = d.make(t, Shape{N, Co}), dy = d.rand(rng, t, Shape{N, Co}), dx = d.make(t, Shape{N, Ci});
+  Tensor x = d.rand(rng, tx, Shape{N, Ci}), w = d.rand(rng, t, Shape{Co, Ci}), b = d.rand(rng, t, Shape{Co});
+  Tensor y = d.make(t, Shape{N, Co}), dy = d.rand(rng, t, Shape{N, Co}), dx = d.make(tx, Shape{N, Ci});
   Tensor dw = d.make(t, Shape{Co, Ci}), db = d.make(t, Shape{Co});
   const std::string shape = "w [" + std::to_string(Co) + ", " + std::to_string(Ci) + "]";
   report(d, layer, t, act.is_none() ? "fwd" : "fwd+relu", "inner product forward", shape,
@@ -145,10 +147,12 @@ void seed_nets(int reps) {
   for (DType t : {DType::F32, DType::BF16}) {
     seed_conv("cifar conv1 32x32x3->64", t, 256, 32, 32, 3, 64, same3, false, reps);
     seed_conv("cifar conv2 32x32x64->128", t, 256, 32, 32, 64, 128, same3, true, reps);
-    seed_dense("cifar dense 128->256", t, 256, 128, 256, Activation::Relu, 4 * reps);
-    seed_dense("cifar dense 256->10", t, 256, 256, 10, Activation::None, 4 * reps);
+    seed_dense("cifar dense 128->256", t, 256, 128, 256, Activation::Relu, 4 * reps, t);
+    seed_dense("cifar dense 256->10", t, 256, 256, 10, Activation::None, 4 * reps, t);
     seed_conv("mnist conv 28x28x1->32", t, 256, 28, 28, 1, 32, valid3, false, 2 * reps);
-    seed_dense("mnist dense 21632->10", t, 256, 21632, 10, Activation::None, 2 * reps);
+    seed_dense("mnist dense 21632->10", t, 256, 21632, 10, Activation::None, 2 * reps, t);
+    if (t != DType::F32)  // the seed net's float32 classifier after a 16-bit convolution
+      seed_dense("mnist dense 21632->10, x 16-bit", DType::F32, 256, 21632, 10, Activation::None, 2 * reps, t);
   }
 }
 

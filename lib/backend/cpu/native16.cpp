@@ -93,7 +93,12 @@ Path16 decide(DType t) {
                                name, bf ? "AMX-BF16" : "AMX-FP16")};
   const char* level = bf ? (fast ? "avx512_core_amx" : "avx512_core_bf16")
                          : (fast ? "avx512_core_amx_fp16" : "avx512_core_fp16");
-  return {true, fmt::format("native {} ({})", name, level)};
+  Path16 p{true, fmt::format("native {} ({})", name, level)};
+  if (bf && fast && mode() == Mode::Auto) {
+    p.one_channel_forward_own = true;
+    p.text += "; mpx's few-channel forward for one input channel";
+  }
+  return p;
 }
 
 }  // namespace

@@ -55,6 +55,16 @@ ConvChoice pick(ConvKernel k, std::string name, std::string why, int tile = 0) {
 
 bool native16_wins(const ConvQuery& q);
 
+/// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/32/64
+/// filters, a 16-bit output of the input's dtype, relu or no activation and no kept
+/// pre-activation (conv_fwd_small.h). The switch first: a bad value is exit 2 on every net
+/// with a convolution.
+bool few_channel_forward(const ConvQuery& q) {
+  const bool relu_only = !q.keep_pre && (q.act.is_none() || q.act.kind == ActKind::Relu);
+  return conv_fwd_small_enabled() && is_16bit(q.out) && q.in == q.out && relu_only && !reference_loops() &&
+         conv_fwd_small_applies(q.g);
+}
+
 /// Whether oneDNN's native 16-bit kernel is the one for this op: the dtype's path
 /// (native16.h: MPX_CPU_16BIT and oneDNN's ISA) and, where that path is native for some
 /// shapes only, the convolutions' rule.
@@ -67,6 +77,10 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
     return false;
   }
   if (path.per_shape && !native16_wins(q)) return false;
+  // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
+  // few-channel forward beats (docs/precision.md, "16-bit arithmetic on the CPU").
+  if (path.one_channel_forward_own && q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q))
+    return false;
   return true;
 }
 
@@ -114,9 +128,7 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
       return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
                   "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
   }
-  // The switch first: a bad value is exit 2 on every net with a convolution.
-  if (conv_fwd_small_enabled() && is_16bit(q.out) && q.in == q.out && relu_only && !reference_loops() &&
-      conv_fwd_small_applies(g))
+  if (few_channel_forward(q))
     return pick(ConvKernel::FewChannels,
                 fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(), dtype_name(q.in)),
                 "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache");
