@@ -3,13 +3,18 @@
 // (Backend::max_pool_relu_backward, docs/cpu-performance.md "Max pooling after relu"):
 // the same bits as pool_backward followed by activation_backward(relu), in float32,
 // bfloat16 and float16, for the tiled kernels (AVX2 and baseline builds) and the general
-// loops (overlapping and padded windows), with ties, zeros, negative windows and NaN.
+// loops (overlapping and padded windows), with ties, zeros, negative windows and NaN. And the
+// same for global average pooling (Backend::global_avg_pool_relu_backward).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
+
+#include "core/half.h"
+#include "core/rng.h"
 
 #include "support/backend_check.h"
 
@@ -132,4 +137,65 @@ TEST_CASE("max_pool_relu_backward: average pooling and mismatched tensors are re
   const Tensor y3 = d.make(DType::F32, Shape{1, 3, 3, 3}), am3 = d.make(DType::U8, y3.shape);
   CHECK_FALSE(d.be->max_pool_keeps_argmax(p, x.shape));
   CHECK_THROWS_WITH(d.be->pool_forward(p, x, y3, am3), Catch::Contains("keeps no argmax"));
+}
+
+TEST_CASE("global_avg_pool_relu_backward: the bits of global_avg_pool_backward then relu's backward",
+          "[backend][pool][fuse]") {
+  // x, the relu's output: zeros of both signs, negatives, NaN and +inf; dy with a NaN and
+  // values whose quotient by H W rounds in 16 bits. Channel counts that leave vector tails.
+  for (const DType t : {DType::F32, DType::BF16, DType::F16})
+    for (const int64_t C : {int64_t{128}, int64_t{13}, int64_t{3}})
+      DYNAMIC_SECTION(dtype_name(t) << ", " << C << " channels") {
+        support::CpuDev d;
+        Rng rng(static_cast<uint64_t>(61 + C));
+        const int64_t N = 3, H = 5, W = 7;
+        std::vector<float> xv, dyv;
+        Tensor x = d.rand(rng, t, Shape{N, H, W, C}, &xv);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        for (size_t i = 0; i < xv.size(); ++i) {
+          if (xv[i] < 0) xv[i] = (i % 3 == 0) ? -0.0f : 0.0f;
+          if (i % 41 == 3) xv[i] = -0.5f;
+          if (i % 37 == 5) xv[i] = nan;
+          if (i % 53 == 9) xv[i] = std::numeric_limits<float>::infinity();
+        }
+        d.put(x, xv);
+        Tensor dy = d.rand(rng, t, Shape{N, C}, &dyv, -3, 3);
+        dyv[1] = nan;
+        d.put(dy, dyv);
+        Tensor fused = d.make(t, Shape{N, H, W, C}), two = d.make(t, Shape{N, H, W, C});
+        d.be->global_avg_pool_relu_backward(x, dy, fused);
+        d.be->global_avg_pool_backward(dy, two);
+        d.be->activation_backward(Activation::Relu, x, two, two);
+        CHECK(bytes_of(d, fused) == bytes_of(d, two));
+        const std::vector<float> got = d.get(fused);
+        // Against the definition, written out: dy times 1 / (H W) in float32, rounded once to
+        // t, where x > 0, else 0.
+        const float inv = 1.0f / static_cast<float>(H * W);
+        int64_t active = 0;
+        for (int64_t i = 0; i < N * H * W * C; ++i) {
+          const size_t j = static_cast<size_t>(i);
+          const float want =
+              xv[j] > 0.0f ? round_to(t, dyv[static_cast<size_t>(i / (H * W * C) * C + i % C)] * inv) : 0.0f;
+          active += xv[j] > 0.0f;
+          INFO("element " << i);
+          if (std::isnan(want))
+            CHECK(std::isnan(got[j]));
+          else
+            CHECK(got[j] == want);
+        }
+        CHECK(active > 0);
+        CHECK(active < N * H * W * C);
+      }
+}
+
+TEST_CASE("global_avg_pool_relu_backward: an x of another shape or dtype than dx is refused", "[backend][pool][fuse]") {
+  support::CpuDev d;
+  Rng rng(67);
+  Tensor dy = d.rand(rng, DType::F32, Shape{2, 4}, nullptr), dx = d.make(DType::F32, Shape{2, 3, 3, 4});
+  Tensor x16 = d.rand(rng, DType::BF16, Shape{2, 3, 3, 4}, nullptr);
+  Tensor x_small = d.rand(rng, DType::F32, Shape{2, 3, 2, 4}, nullptr);
+  REQUIRE_THROWS_WITH(d.be->global_avg_pool_relu_backward(x16, dy, dx),
+                      Catch::Contains("global_avg_pool_relu_backward: x bfloat16[2, 3, 3, 4] and dx float32"));
+  REQUIRE_THROWS_WITH(d.be->global_avg_pool_relu_backward(x_small, dy, dx),
+                      Catch::Contains("global_avg_pool_relu_backward: x float32[2, 3, 2, 4] and dx float32"));
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The plan-time fusion of a relu's backward into the max pooling or the dense layer after
-// it (docs/cpu-performance.md "Max pooling after relu", "Relu before a dense layer"), the
+// The plan-time fusion of a relu's backward into the max pooling, global average pooling or
+// dense layer after it (docs/cpu-performance.md "Max pooling after relu", "Relu before a
+// dense layer", "Relu before global average pooling"), the
 // dense one across a flatten and into a float32 dense layer that reads a 16-bit input as it
 // is: a model's gradients are the same
 // bits with the fusion on and off (MPX_CPU_FUSE=0), under float32 and the 16-bit
@@ -127,7 +128,8 @@ TEST_CASE("relu then max_pool: no fusion after leaky_relu or across a dtype chan
   }
 }
 
-TEST_CASE("relu then (flatten then) dense: the same gradient bits with the fusion on and off", "[nn][dense][fuse]") {
+TEST_CASE("relu then (flatten then) dense, or global_avg_pool: the same gradient bits with the fusion on and off",
+          "[nn][dense][fuse]") {
   LayerConfig relu = make_layer(LayerType::Activation);
   relu.activation = ActivationName::Relu;
   LayerConfig dense32 = with_dtype(dense_layer(kClasses), LayerDType::Float32);
@@ -141,10 +143,14 @@ TEST_CASE("relu then (flatten then) dense: the same gradient bits with the fusio
       // a float32 dense layer (the seed net's `dtype: float32` classifier): under the 16-bit
       // policies it reads the conv's 16-bit output as it is.
       {relu_conv(6), make_layer(LayerType::Flatten), dense32},
+      // conv(relu) -> global_avg_pool -> dense(relu) -> dense: the CIFAR seed net's shape; here
+      // the pooling takes the conv's relu and the last dense layer the first one's.
+      {relu_conv(6), make_layer(LayerType::GlobalAvgPool), dense_layer(8, ActivationName::Relu),
+       dense_layer(kClasses)},
   };
   // The relu gradient buffers released, per sample in elements (the layer's dtype): the conv
   // or relu layer outputs [8, 8, C], and net 1's dense(relu) output [8].
-  const std::vector<size_t> released = {8 * 8 * 6, 8 * 8 * 4 + 8, 8 * 8 * 5, 8 * 8 * 6};
+  const std::vector<size_t> released = {8 * 8 * 6, 8 * 8 * 4 + 8, 8 * 8 * 5, 8 * 8 * 6, 8 * 8 * 6 + 8};
   for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16, Policy::MixedFloat16})
     for (size_t i = 0; i < nets.size(); ++i) {
       INFO("net " << i << ", policy " << policy_name(policy));
@@ -153,6 +159,12 @@ TEST_CASE("relu then (flatten then) dense: the same gradient bits with the fusio
       same_bits(on.input_grad, off.input_grad, "input gradient");
       CHECK(on.routed_past_relu == 0);  // every dense layer computed its input relu's gradient too
       CHECK(off.routed_past_relu > 0);
+      if (i == 4) {  // and the global pooling its own
+        const Run gon = run(nets[i], policy, true, "global_avg_pool"),
+                  goff = run(nets[i], policy, false, "global_avg_pool");
+        CHECK(gon.routed_past_relu == 0);
+        CHECK(goff.routed_past_relu > 0);
+      }
       const size_t bytes = policy == Policy::Float32 ? 4 : 2;
       CHECK(off.workspace_bytes - on.workspace_bytes == released[i] * kN * bytes);
     }

@@ -144,6 +144,11 @@ class Backend {
   /// same bits as dense_backward_data followed by activation_backward(relu, x, dx, dx)
   /// (docs/cpu-performance.md, "Relu before a dense layer").
   void dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
+  /// global_avg_pool_backward and, in the same call, the backward of the relu whose output
+  /// is x, the pooling's input (dx's shape and dtype): dx = dy / (H W) where x > 0, else 0;
+  /// the same bits as global_avg_pool_backward followed by activation_backward(relu, x, dx,
+  /// dx) (docs/cpu-performance.md, "Relu before global average pooling").
+  void global_avg_pool_relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 
   // ---- fused mixed-precision passes over flat float32 arenas ----------------
   /// grads *= inv_scale in place, in one pass that also tests every value.
@@ -251,6 +256,8 @@ class Backend {
   /// backend fuses.
   virtual void dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& x,
                                              const Tensor& dx);
+  /// The same for global average pooling.
+  virtual void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx);
   /// max_pool_keeps_argmax and the ops that take an argmax: the base keeps none.
   virtual bool max_pool_keeps_argmax_impl(const PoolParams&, const Shape&) const { return false; }
   /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).

@@ -136,6 +136,25 @@ void Backend::dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, c
   activation_backward_impl(Activation::Relu, x, dx, dx);
 }
 
+void Backend::global_avg_pool_relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  const char* op = "global_avg_pool_relu_backward";
+  require_float(op, "dy", dy);
+  require_data(op, "dx", dx);
+  require_rank(op, "dx", dx, 4);
+  require_same_dtype(op, "dy", dy, "dx", dx);
+  require_shape(op, "dy", dy, Shape{dx.shape[0], dx.shape[3]});
+  MPX_VALIDATE(dx.shape[1] * dx.shape[2] > 0, "{}: dx {} has no pixels", op, dx.str());
+  require_same_dtype(op, "x", x, "dx", dx);
+  require_same_shape(op, "x", x, "dx", dx);
+  if (dx.numel() == 0) return;
+  global_avg_pool_relu_backward_impl(x, dy, dx);
+}
+
+void Backend::global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  global_avg_pool_backward_impl(dy, dx);
+  activation_backward_impl(Activation::Relu, x, dx, dx);
+}
+
 // ---- fused mixed-precision passes --------------------------------------------
 
 bool Backend::unscale_and_check(const Tensor& grads, float inv_scale) {

@@ -89,7 +89,14 @@ class GlobalAvgPool : public Layer {
     y_ = c.plan(t, out_shape_, name() + " output", true);
   }
 
+  // The relu's backward is done with the broadcast (Backend::global_avg_pool_relu_backward).
+  bool fuse_input_relu() override {
+    relu_input_ = true;
+    return true;
+  }
+
   Tensor forward(Context& c, const Tensor& x) override {
+    x_ = x;
     const Tensor y = y_.at(x.shape[0]);
     c.be->global_avg_pool_forward(x, y);
     return y;
@@ -98,12 +105,17 @@ class GlobalAvgPool : public Layer {
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
     const Tensor dx = dx_.at(dy.shape[0]);
-    c.be->global_avg_pool_backward(dy, dx);
+    if (relu_input_)
+      c.be->global_avg_pool_relu_backward(x_, dy, dx);
+    else
+      c.be->global_avg_pool_backward(dy, dx);
     return dx;
   }
 
  private:
   Planned y_;
+  bool relu_input_ = false;  // x is a relu's output whose gradient this layer computes too
+  Tensor x_;
 };
 
 }  // namespace

@@ -260,6 +260,25 @@ TEST_CASE("cuda: dense_relu_backward_data equals dense_backward_data then relu's
   }
 }
 
+TEST_CASE("cuda: global_avg_pool_relu_backward equals the two ops and the CPU, bit for bit", "[cuda][pool][fuse]") {
+  Rng rng(17);
+  for (DType t : float_dtypes()) {
+    const Shape s{4, 5, 6, 7};
+    Dual x = random_dual(rng, t, s);  // about half of it not > 0: masked
+    Dual dy = random_dual(rng, t, Shape{4, 7});
+    Dual fused = poisoned(t, s), two = poisoned(t, s);
+    be().cpu->global_avg_pool_relu_backward(x.c, dy.c, fused.c);
+    be().gpu->global_avg_pool_relu_backward(x.g, dy.g, fused.g);
+    expect_bits(fused, std::string("global_avg_pool_relu_backward ") + dt_name(t));
+    be().gpu->global_avg_pool_backward(dy.g, two.g);
+    be().gpu->activation_backward(Activation::Relu, x.g, two.g, two.g);
+    std::vector<char> a(fused.g.bytes()), b(two.g.bytes());
+    be().gpu->download(a.data(), fused.g);
+    be().gpu->download(b.data(), two.g);
+    CHECK(a == b);
+  }
+}
+
 TEST_CASE("cuda: relu forward/backward and add, bit for bit", "[cuda][elementwise]") {
   Rng rng(6);
   for (DType t : float_dtypes()) {

@@ -197,6 +197,10 @@ class CpuBackend final : public Backend {
     MPX_OP_TIMER("dense_relu_backward_data");
     cpu::dense_relu_backward_data(ctx_, dy, w, x, dx);
   }
+  void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) override {
+    MPX_OP_TIMER("global_avg_pool_relu_backward");
+    cpu::global_avg_pool_relu_backward(ctx_, x, dy, dx);
+  }
   bool max_pool_keeps_argmax_impl(const PoolParams& p, const Shape& x) const override {
     return cpu::max_pool_keeps_argmax(p, x);
   }

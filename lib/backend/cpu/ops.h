@@ -31,6 +31,9 @@ const char* activation_build();
 void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
 
 // pool.cpp
+/// global_avg_pool_backward and the backward of the relu whose output is x
+/// (Backend::global_avg_pool_relu_backward), in one pass that writes dx once.
+void global_avg_pool_relu_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
 void pool_forward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y);
 /// relu_input (max pooling only): x is a relu's output, and dx is also that relu's gradient.
 void pool_backward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
