@@ -230,6 +230,13 @@ TEST_CASE("cuda: a float32 dense layer's 16-bit input x and input gradient dx, a
   }
 }
 
+/// The GPU side's bytes.
+static std::vector<char> gpu_bytes(const Dual& d) {
+  std::vector<char> b(d.g.bytes());
+  be().gpu->download(b.data(), d.g);
+  return b;
+}
+
 TEST_CASE("cuda: dense_relu_backward_data equals dense_backward_data then relu's backward, and the CPU",
           "[cuda][dense][fuse]") {
   // The base implementation composes the two ops on the GPU: the same bits as those two GPU
@@ -253,10 +260,7 @@ TEST_CASE("cuda: dense_relu_backward_data equals dense_backward_data then relu's
     expect_close(fused, tolerance(dd.tx), what);
     be().gpu->dense_backward_data(dy.g, w.g, two.g);
     be().gpu->activation_backward(Activation::Relu, x.g, two.g, two.g);
-    std::vector<char> a(fused.g.bytes()), b(two.g.bytes());
-    be().gpu->download(a.data(), fused.g);
-    be().gpu->download(b.data(), two.g);
-    CHECK(a == b);
+    CHECK(gpu_bytes(fused) == gpu_bytes(two));
   }
 }
 
@@ -272,10 +276,7 @@ TEST_CASE("cuda: global_avg_pool_relu_backward equals the two ops and the CPU, b
     expect_bits(fused, std::string("global_avg_pool_relu_backward ") + dt_name(t));
     be().gpu->global_avg_pool_backward(dy.g, two.g);
     be().gpu->activation_backward(Activation::Relu, x.g, two.g, two.g);
-    std::vector<char> a(fused.g.bytes()), b(two.g.bytes());
-    be().gpu->download(a.data(), fused.g);
-    be().gpu->download(b.data(), two.g);
-    CHECK(a == b);
+    CHECK(gpu_bytes(fused) == gpu_bytes(two));
   }
 }
 
