@@ -13,7 +13,7 @@ namespace mpx::cpu {
 
 // The op table's ops (backend/op_table.inc), each in the file of its family:
 // memory.cpp (fill, copy), cast.cpp, conv.cpp, dense.cpp, activation.cpp (activations, add),
-// pool.cpp (global average pooling), batch_norm.cpp, loss.cpp, dropout.cpp, optimizer.cpp.
+// global_pool.cpp (global average pooling), batch_norm.cpp, loss.cpp, dropout.cpp, optimizer.cpp.
 #define MPX_OP(NAME, GROUP, PARAMS, ARGS, ...) void NAME(Context& ctx, MPX_OP_ARGS PARAMS);
 #include "backend/op_table.inc"
 
@@ -31,6 +31,10 @@ const char* activation_build();
 void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
 
 // pool.cpp
+/// Global average pooling's float32 forward on oneDNN (x's shape [N, H, W, C]), for
+/// global_pool.cpp.
+void global_avg_pool_dnnl(Context& ctx, const Shape& x, const float* xf, float* yf);
+// global_pool.cpp
 /// global_avg_pool_backward and the backward of the relu whose output is x
 /// (Backend::global_avg_pool_relu_backward), in one pass that writes dx once.
 void global_avg_pool_relu_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
