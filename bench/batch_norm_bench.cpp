@@ -3,8 +3,9 @@
 // several calls of training forward, inference forward and backward (float32 and
 // bfloat16), then the error of float32 results against the float64 reference of
 // tests/support/reference.h (sums over up to 262144 rows, with and without a large
-// common offset).
-//   batch_norm_bench [timing|precision]      (default: both)
+// common offset); `fused`: the fast CIFAR recipe's batch norms followed by GELU, as two ops
+// and as one (docs/cpu-performance.md, "Batch norm and the activation after it").
+//   batch_norm_bench [timing|precision|fused]      (default: timing and precision)
 // Run it again under MPX_CPU_REFERENCE=1 to compare oneDNN with mpx's loops.
 #include <cmath>
 #include <cstdio>
@@ -107,16 +108,56 @@ void precision() {
   }
 }
 
+/// The recipe's three batch-norm shapes at batch 1024, float32 and bfloat16: batch norm then
+/// GELU as two ops (the layers unfused) against the fused op, forward training and backward.
+void fused() {
+  bench::CpuDev d;
+  Rng rng(11);
+  std::printf("%s; min of 5 calls, ms\n", d.be->info().description.c_str());
+  const Activation gelu(ActKind::Gelu);
+  for (DType t : {DType::F32, DType::BF16})
+    for (const Shape& s : {Shape{1024, 15, 15, 64}, Shape{1024, 7, 7, 256}, Shape{1024, 3, 3, 256}}) {
+      BnLayer l = make_layer(d, rng, t, s);
+      Tensor z = d.make(t, s), g = d.make(t, s);
+      const double f2 = bench::min_ms(
+          [&] {
+            d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 0.6f, 1e-3f, l.rm, l.rv, l.sm, l.si, z);
+            d.be->activation_forward(gelu, z, l.y);
+          },
+          5);
+      const double f1 = bench::min_ms(
+          [&] {
+            d.be->batch_norm_forward_training(l.x, l.gamma, l.beta, 0.6f, 1e-3f, l.rm, l.rv, l.sm, l.si, l.y, gelu);
+          },
+          5);
+      const double b2 = bench::min_ms(
+          [&] {
+            d.be->activation_backward(gelu, z, l.dy, g);
+            d.be->batch_norm_backward(l.x, g, l.gamma, l.sm, l.si, l.dx, l.dg, l.db);
+          },
+          5);
+      const double b1 = bench::min_ms(
+          [&] { d.be->batch_norm_backward(l.x, l.dy, l.gamma, l.sm, l.si, l.dx, l.dg, l.db, l.beta, gelu); }, 5);
+      std::printf("bn+gelu %-18s %-8s forward %8.3f -> %8.3f (%.2fx)  backward %8.3f -> %8.3f (%.2fx)\n",
+                  bench::shape_str(s).c_str(), dtype_name(t), f2, f1, f2 / f1, b2, b1, b2 / b1);
+      d.bufs.clear();
+    }
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.op.find("batch normalization") != std::string::npos) std::printf("  %s: %s\n", k.op.c_str(), k.impl.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* what = argc > 1 ? argv[1] : "";
   const bool all = argc == 1;
-  if (argc > 2 || (!all && std::strcmp(what, "timing") != 0 && std::strcmp(what, "precision") != 0)) {
-    std::fprintf(stderr, "usage: %s [timing|precision]\n", argv[0]);
+  if (argc > 2 ||
+      (!all && std::strcmp(what, "timing") != 0 && std::strcmp(what, "precision") != 0 && std::strcmp(what, "fused") != 0)) {
+    std::fprintf(stderr, "usage: %s [timing|precision|fused]\n", argv[0]);
     return 2;
   }
   if (all || std::strcmp(what, "timing") == 0) timing();
   if (all || std::strcmp(what, "precision") == 0) precision();
+  if (std::strcmp(what, "fused") == 0) fused();
   return 0;
 }

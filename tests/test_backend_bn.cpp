@@ -19,6 +19,7 @@
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
+#include "support/bn_layer.h"
 #include "support/reference.h"
 
 using namespace mpx;
@@ -33,36 +34,8 @@ using support::kInf;
 using support::kNaN;
 using support::widen;
 using Dev = support::CpuDev;
-
-/// One batch-norm layer's tensors.
-struct BnLayer {
-  Shape s;
-  int64_t C = 0, M = 0;
-  DType t = DType::F32;
-  std::vector<float> xv, gv, bv, rmv, rvv, dyv;
-  Tensor x, gamma, beta, rm, rv, sm, si, y, dy, dx, dg, db;
-};
-
-BnLayer make_layer(Dev& d, Rng& rng, DType t, Shape s, double x_lo, double x_hi, double x_offset = 0) {
-  BnLayer l;
-  l.s = s;
-  l.t = t;
-  l.C = s[s.rank - 1];
-  l.M = s.numel() / l.C;
-  l.x = d.rand_plain(rng, t, s, &l.xv, x_lo, x_hi, x_offset);
-  l.gamma = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.gv, 0.5, 1.5);
-  l.beta = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.bv);
-  l.rm = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.rmv);
-  l.rv = d.rand_plain(rng, DType::F32, Shape{l.C}, &l.rvv, 0.5, 2.0);
-  l.sm = d.make(DType::F32, Shape{l.C});
-  l.si = d.make(DType::F32, Shape{l.C});
-  l.y = d.make(t, s);
-  l.dy = d.rand_plain(rng, t, s, &l.dyv);
-  l.dx = d.make(t, s);
-  l.dg = d.make(DType::F32, Shape{l.C});
-  l.db = d.make(DType::F32, Shape{l.C});
-  return l;
-}
+using support::BnLayer;
+using support::make_layer;
 
 /// y_loosen: where x - mean itself is only known to a few float32 ulps of |x| (a large
 /// common offset), y is too; the statistics are still checked tightly.

@@ -410,6 +410,55 @@ TEST_CASE("cuda: batch norm training/inference forward and backward (Keras movin
     }
 }
 
+TEST_CASE("cuda: batch norm with a fused activation equals batch norm then the activation, and the CPU",
+          "[cuda][bn][fuse]") {
+  // On the GPU the fused ops give the bits of the two GPU ops (the normalized values rounded to
+  // the dtype, then the activation loops' formulas); against the CPU's fused ops within the
+  // dtype's tolerance (the sums differ in order).
+  Rng rng(18);
+  const Shape xs{8, 6, 5, 40};
+  const int64_t C = 40;
+  for (const Activation act : {Activation(ActKind::Gelu), Activation(ActKind::Silu)})
+    for (DType t : float_dtypes()) {
+      const std::string what = std::string("batch_norm + ") + activation_name(act.kind) + " " + dt_name(t);
+      INFO(what);
+      Dual x = random_dual(rng, t, xs, -1.0f, 2.0f);
+      Dual gamma = random_dual(rng, DType::F32, Shape{C}, 0.5f, 1.5f), beta = random_dual(rng, DType::F32, Shape{C});
+      Dual rm = random_dual(rng, DType::F32, Shape{C}), rv = random_dual(rng, DType::F32, Shape{C}, 0.5f, 2.0f);
+      Dual rm2 = poisoned(DType::F32, Shape{C}), rv2 = poisoned(DType::F32, Shape{C});
+      be().gpu->copy(rm2.g, rm.g);
+      be().gpu->copy(rv2.g, rv.g);
+      Dual sm = poisoned(DType::F32, Shape{C}), si = poisoned(DType::F32, Shape{C});
+      Dual sm2 = poisoned(DType::F32, Shape{C}), si2 = poisoned(DType::F32, Shape{C});
+      Dual y = poisoned(t, xs), z = poisoned(t, xs), y2 = poisoned(t, xs);
+      be().cpu->batch_norm_forward_training(x.c, gamma.c, beta.c, 0.6f, 1e-3f, rm.c, rv.c, sm.c, si.c, y.c, act);
+      be().gpu->batch_norm_forward_training(x.g, gamma.g, beta.g, 0.6f, 1e-3f, rm.g, rv.g, sm.g, si.g, y.g, act);
+      be().gpu->batch_norm_forward_training(x.g, gamma.g, beta.g, 0.6f, 1e-3f, rm2.g, rv2.g, sm2.g, si2.g, z.g);
+      be().gpu->activation_forward(act, z.g, y2.g);
+      expect_close(y, tolerance(t), what + " y");
+      CHECK(gpu_bytes(y) == gpu_bytes(y2));
+      Dual dy = random_dual(rng, t, xs), dx = poisoned(t, xs), g = poisoned(t, xs), dx2 = poisoned(t, xs);
+      Dual dgamma = poisoned(DType::F32, Shape{C}), dbeta = poisoned(DType::F32, Shape{C});
+      Dual dgamma2 = poisoned(DType::F32, Shape{C}), dbeta2 = poisoned(DType::F32, Shape{C});
+      be().cpu->batch_norm_backward(x.c, dy.c, gamma.c, sm.c, si.c, dx.c, dgamma.c, dbeta.c, beta.c, act);
+      be().gpu->batch_norm_backward(x.g, dy.g, gamma.g, sm.g, si.g, dx.g, dgamma.g, dbeta.g, beta.g, act);
+      be().gpu->activation_backward(act, z.g, dy.g, g.g);
+      be().gpu->batch_norm_backward(x.g, g.g, gamma.g, sm.g, si.g, dx2.g, dgamma2.g, dbeta2.g);
+      expect_close(dx, t == DType::F32 ? 1e-4 : tolerance(t) * 2, what + " dx");
+      expect_close(dgamma, t == DType::F32 ? 1e-5 : 1e-4, what + " dgamma");
+      CHECK(gpu_bytes(dx) == gpu_bytes(dx2));
+      CHECK(gpu_bytes(dgamma) == gpu_bytes(dgamma2));
+      CHECK(gpu_bytes(dbeta) == gpu_bytes(dbeta2));
+      Dual yi = poisoned(t, xs), zi = poisoned(t, xs), yi2 = poisoned(t, xs);
+      be().cpu->batch_norm_forward_inference(x.c, gamma.c, beta.c, rm.c, rv.c, 1e-3f, yi.c, act);
+      be().gpu->batch_norm_forward_inference(x.g, gamma.g, beta.g, rm.g, rv.g, 1e-3f, yi.g, act);
+      be().gpu->batch_norm_forward_inference(x.g, gamma.g, beta.g, rm.g, rv.g, 1e-3f, zi.g);
+      be().gpu->activation_forward(act, zi.g, yi2.g);
+      expect_close(yi, tolerance(t), what + " inference y");
+      CHECK(gpu_bytes(yi) == gpu_bytes(yi2));
+    }
+}
+
 TEST_CASE("cuda: softmax cross-entropy (float32 loss sum, correct count, dlogits)", "[cuda][loss]") {
   Rng rng(9);
   for (int K : {10, 100}) {

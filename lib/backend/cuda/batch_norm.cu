@@ -7,7 +7,10 @@
 // Own kernels rather than cuDNN's: cuDNN's running variance is the unbiased one for every
 // shape (what PyTorch's and TensorFlow's GPU paths rely on; the cuDNN 9 header does not say
 // it), which is wrong for [N,C], and cuDNN refuses epsilon < 1e-5. Sums are deterministic two-stage
-// reductions (kernels.cuh), finished in double like the CPU twin.
+// reductions (kernels.cuh), finished in double like the CPU twin. An activation after the
+// normalization (the ops' `act`) is applied in the affine kernel and its gradient recomputed
+// from x in the backward, as the CPU's row loops do (docs/cpu-performance.md, "Batch norm and
+// the activation after it").
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/ops.h"
 
@@ -35,7 +38,16 @@ __global__ void bn_finalize_training_kernel(const double* __restrict__ sq, int64
   const float om = __fsub_rn(1.0f, momentum);
   running_mean[c] = __fadd_rn(__fmul_rn(momentum, running_mean[c]), __fmul_rn(om, saved_mean[c]));
   running_var[c] = __fadd_rn(__fmul_rn(momentum, running_var[c]), __fmul_rn(om, static_cast<float>(var * unbias)));
-  scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
+  // From the float32 invstd the backward reads too: it recomputes the normalized values
+  // (a fused activation's input) bit for bit.
+  scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * static_cast<double>(saved_invstd[c]));
+}
+
+// scale[c] = gamma[c] * invstd[c] from the saved float32 invstd (the backward's recomputation).
+__global__ void bn_saved_scale_kernel(const float* __restrict__ gamma, const float* __restrict__ invstd, int C,
+                                      float* __restrict__ scale) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * static_cast<double>(invstd[c]));
 }
 
 __global__ void bn_inference_scale_kernel(const float* __restrict__ gamma, const float* __restrict__ running_var,
@@ -46,15 +58,41 @@ __global__ void bn_inference_scale_kernel(const float* __restrict__ gamma, const
   scale[c] = static_cast<float>(static_cast<double>(gamma[c]) * invstd);
 }
 
-// y = (x - mean[c]) * scale[c] + beta[c] in float32, rounded once (centered first).
-template <typename T>
+// z = (x - mean[c]) * scale[c] + beta[c] in float32 (centered first).
+__device__ __forceinline__ float bn_normalized(float x, const float* mean, const float* scale, const float* beta,
+                                               int c) {
+  return __fadd_rn(__fmul_rn(__fsub_rn(x, mean[c]), scale[c]), beta[c]);
+}
+
+// y = z rounded once; with an activation (AK not None) y = act(z rounded to T) rounded once,
+// the bits of the affine kernel followed by activation_forward_kernel.
+template <typename T, ActKind AK>
 __global__ void bn_affine_kernel(const T* __restrict__ x, const float* __restrict__ mean,
                                  const float* __restrict__ scale, const float* __restrict__ beta, T* __restrict__ y,
-                                 int64_t n, int C) {
+                                 int64_t n, int C, float alpha) {
+  const Activation a{AK, alpha};
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = static_cast<int>(i % C);
-    y[i] = from_float<T>(__fadd_rn(__fmul_rn(__fsub_rn(to_float(x[i]), mean[c]), scale[c]), beta[c]));
+    const T z = from_float<T>(bn_normalized(to_float(x[i]), mean, scale, beta, c));
+    y[i] = AK == ActKind::None ? z : from_float<T>(activation_value(a, to_float(z)));
+  }
+}
+
+// The gradient before a fused activation: g = act'(saved) dy rounded once, saved being z
+// recomputed as bn_affine_kernel computes it (or act(z) where the backward reads the output).
+template <typename T, ActKind AK>
+__global__ void bn_activation_grad_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                                          const float* __restrict__ mean, const float* __restrict__ scale,
+                                          const float* __restrict__ beta, T* __restrict__ g, int64_t n, int C,
+                                          float alpha) {
+  const Activation a{AK, alpha};
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(i % C);
+    float saved = to_float(from_float<T>(bn_normalized(to_float(x[i]), mean, scale, beta, c)));
+    if (backward_reads(AK) != ActSaved::Input) saved = to_float(from_float<T>(activation_value(a, saved)));
+    g[i] = from_float<T>(activation_grad(a, saved, to_float(dy[i])));
   }
 }
 
@@ -97,14 +135,14 @@ struct BnScratch {
   double* partial;  // channel_groups(M) * 2 * C
   double* s1;       // C
   double* s2;       // C
-  float* f;         // 3 * C (scale or dx coefficients)
+  float* f;         // 4 * C (scale, or dx coefficients and the scale)
 };
 
 BnScratch bn_scratch(Context& ctx, int64_t M, int C) {
   BnScratch s{};
   s.partial = static_cast<double*>(
       ctx.scratch(kSlotReduce, sizeof(double) * static_cast<size_t>(channel_groups(M)) * 2 * static_cast<size_t>(C)));
-  auto* coef = static_cast<char*>(ctx.scratch(kSlotCoef, (2 * sizeof(double) + 3 * sizeof(float)) * C));
+  auto* coef = static_cast<char*>(ctx.scratch(kSlotCoef, (2 * sizeof(double) + 4 * sizeof(float)) * C));
   s.s1 = reinterpret_cast<double*>(coef);
   s.s2 = s.s1 + C;
   s.f = reinterpret_cast<float*>(s.s2 + C);
@@ -118,7 +156,7 @@ unsigned channel_blocks(int C) { return static_cast<unsigned>((C + kThreads - 1)
 void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                  float momentum, float epsilon, const Tensor& running_mean,
                                  const Tensor& running_var, const Tensor& saved_mean, const Tensor& saved_invstd,
-                                 const Tensor& y) {
+                                 const Tensor& y, Activation act) {
   const int C = static_cast<int>(x.shape[x.shape.rank - 1]);
   const int64_t n = x.numel(), M = C > 0 ? n / C : 0;
   if (n == 0) return;
@@ -137,15 +175,17 @@ void batch_norm_forward_training(Context& ctx, const Tensor& x, const Tensor& ga
         s.s2, M, C, momentum, epsilon, unbias, gamma.as<const float>(), saved_mean.as<const float>(),
         saved_invstd.as<float>(), running_mean.as<float>(), running_var.as<float>(), s.f);
     MPX_CUDA_LAUNCH_CHECK(st);
-    bn_affine_kernel<T><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
-        xp, saved_mean.as<const float>(), s.f, beta.as<const float>(), y.as<T>(), n, C);
+    with_activation_kind(act.kind, [&](auto k) {
+      bn_affine_kernel<T, decltype(k)::value><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
+          xp, saved_mean.as<const float>(), s.f, beta.as<const float>(), y.as<T>(), n, C, act.alpha);
+    });
     MPX_CUDA_LAUNCH_CHECK(st);
   });
 }
 
 void batch_norm_forward_inference(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                   const Tensor& running_mean, const Tensor& running_var, float epsilon,
-                                  const Tensor& y) {
+                                  const Tensor& y, Activation act) {
   const int C = static_cast<int>(x.shape[x.shape.rank - 1]);
   const int64_t n = x.numel();
   if (n == 0) return;
@@ -155,29 +195,47 @@ void batch_norm_forward_inference(Context& ctx, const Tensor& x, const Tensor& g
                                                                       running_var.as<const float>(), epsilon, C, scale);
   MPX_CUDA_LAUNCH_CHECK(st);
   MPX_CUDA_DISPATCH_FLOAT(x.dtype, T, {
-    bn_affine_kernel<T><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
-        x.as<const T>(), running_mean.as<const float>(), scale, beta.as<const float>(), y.as<T>(), n, C);
+    with_activation_kind(act.kind, [&](auto k) {
+      bn_affine_kernel<T, decltype(k)::value><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
+          x.as<const T>(), running_mean.as<const float>(), scale, beta.as<const float>(), y.as<T>(), n, C,
+          act.alpha);
+    });
     MPX_CUDA_LAUNCH_CHECK(st);
   });
 }
 
 void batch_norm_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma,
                          const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& dx,
-                         const Tensor& dgamma, const Tensor& dbeta) {
+                         const Tensor& dgamma, const Tensor& dbeta, const Tensor& beta, Activation act) {
   const int C = static_cast<int>(x.shape[x.shape.rank - 1]);
   const int64_t n = x.numel(), M = C > 0 ? n / C : 0;
   if (n == 0) return;
   const BnScratch s = bn_scratch(ctx, M, C);
   cudaStream_t st = ctx.stream();
   MPX_CUDA_DISPATCH_FLOAT(x.dtype, T, {
-    channel_sums<T, ChannelSum::Bwd>(st, x.as<const T>(), dy.as<const T>(), saved_mean.as<const float>(),
+    const T* g = dy.as<const T>();
+    if (!act.is_none()) {  // the activation's backward first, into scratch
+      T* gs = static_cast<T*>(ctx.scratch(kSlotBnGrad, sizeof(T) * static_cast<size_t>(n)));
+      float* scale = s.f + 3 * C;
+      bn_saved_scale_kernel<<<channel_blocks(C), kThreads, 0, st>>>(gamma.as<const float>(),
+                                                                      saved_invstd.as<const float>(), C, scale);
+      MPX_CUDA_LAUNCH_CHECK(st);
+      with_activation_kind(act.kind, [&](auto k) {
+        bn_activation_grad_kernel<T, decltype(k)::value><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
+            x.as<const T>(), dy.as<const T>(), saved_mean.as<const float>(), scale, beta.as<const float>(), gs, n, C,
+            act.alpha);
+      });
+      MPX_CUDA_LAUNCH_CHECK(st);
+      g = gs;
+    }
+    channel_sums<T, ChannelSum::Bwd>(st, x.as<const T>(), g, saved_mean.as<const float>(),
                                      saved_invstd.as<const float>(), M, C, s.partial, s.s1, s.s2);
     bn_backward_coef_kernel<<<channel_blocks(C), kThreads, 0, st>>>(s.s1, s.s2, M, C, gamma.as<const float>(),
                                                                       saved_invstd.as<const float>(),
                                                                       dgamma.as<float>(), dbeta.as<float>(), s.f);
     MPX_CUDA_LAUNCH_CHECK(st);
     bn_backward_dx_kernel<T><<<ctx.grid_for(n, kThreads), kThreads, 0, st>>>(
-        x.as<const T>(), dy.as<const T>(), saved_mean.as<const float>(), s.f, dx.as<T>(), n, C);
+        x.as<const T>(), g, saved_mean.as<const float>(), s.f, dx.as<T>(), n, C);
     MPX_CUDA_LAUNCH_CHECK(st);
   });
 }

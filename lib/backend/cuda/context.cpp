@@ -58,7 +58,8 @@ const char* slot_name(Slot slot) {
   static const char* names[] = {"padded convolution input", "padded input gradient",
                                 "channel-padded convolution filter", "channel-padded filter gradient",
                                 "16-bit weight gradient",
-                                "reduction partials", "batch-norm coefficients", "per-row results",
+                                "reduction partials", "batch-norm coefficients", "batch-norm gradient before its activation",
+                                "per-row results",
                                 "widened dense input", "cuDNN/cuBLASLt workspace"};
   static_assert(sizeof(names) / sizeof(names[0]) == kSlotCount, "one name per scratch slot");
   return names[slot];

@@ -37,6 +37,7 @@ enum Slot : int {
   kSlotGrad16,     // 16-bit weight gradient before its cast to a float32 dw
   kSlotReduce,     // per-block partial sums (double) of channel reductions
   kSlotCoef,       // per-channel coefficients (batch norm)
+  kSlotBnGrad,     // batch norm with a fused activation: the gradient before the activation
   kSlotRows,       // per-row results (loss rows, stats partials)
   kSlotWiden,      // a float32 dense layer's 16-bit input (or input gradient) in float32
   kSlotWorkspace,  // the cuDNN / cuBLASLt workspace shared by every plan (one stream)
