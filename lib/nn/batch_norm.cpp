@@ -43,6 +43,16 @@ class BatchNorm : public Layer {
     Layer::plan_dx(c);
   }
 
+  // A GELU, silu or other activation whose backward reads its input, right after a 16-bit
+  // batch norm: applied in the batch norm's ops, so that its input is never stored. Not in
+  // float32, where oneDNN's batch norm and the activation loops measured faster than the
+  // fused loops (docs/cpu-performance.md, "Batch norm and the activation after it").
+  bool absorb_next_activation(Context&, Activation a) override {
+    if (!is_16bit(dtype_) || !act_.is_none() || a.backward_reads() != ActSaved::Input) return false;
+    act_ = a;
+    return true;
+  }
+
   Tensor forward(Context& c, const Tensor& x) override {
     x_ = x;
     trained_ = c.training;
@@ -50,10 +60,10 @@ class BatchNorm : public Layer {
     if (c.training) {
       c.be->batch_norm_forward_training(x, gamma(c), c.master_of(beta_), momentum_, epsilon_,
                                         c.state_of(mean_), c.state_of(var_), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
-                                        saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), y);
+                                        saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), y, act_);
     } else {
       c.be->batch_norm_forward_inference(x, gamma(c), c.master_of(beta_), c.state_of(mean_),
-                                         c.state_of(var_), epsilon_, y);
+                                         c.state_of(var_), epsilon_, y, act_);
     }
     return y;
   }
@@ -64,7 +74,7 @@ class BatchNorm : public Layer {
     c.be->batch_norm_backward(x_, dy, gamma(c), saved_mean_.buf.view(DType::F32, saved_mean_.per_sample),
                               saved_invstd_.buf.view(DType::F32, saved_invstd_.per_sample), dx,
                               scale_ ? c.grad_of(gamma_) : dgamma_.buf.view(DType::F32, dgamma_.per_sample),
-                              c.grad_of(beta_));
+                              c.grad_of(beta_), c.master_of(beta_), act_);
     return need_dx ? dx : Tensor();
   }
 
@@ -75,6 +85,7 @@ class BatchNorm : public Layer {
   float momentum_ = 0.99f, epsilon_ = 1e-3f;
   int gamma_ = -1, beta_ = -1, mean_ = -1, var_ = -1;
   bool trained_ = false;
+  Activation act_;  // the next layer's activation, applied here (absorb_next_activation)
   Planned y_, saved_mean_, saved_invstd_;
   Tensor x_;
 };

@@ -22,7 +22,16 @@ class ActivationLayer : public Layer {
   }
 
   void plan_dx(Context& c) override {
-    if (!act_.is_none() && !backward_by_next_) Layer::plan_dx(c);
+    if (!act_.is_none() && !backward_by_next_ && !by_previous_) Layer::plan_dx(c);
+  }
+
+  Activation standalone_activation() const override { return by_previous_ ? Activation() : act_; }
+  void hand_activation_to_previous(Context& c) override {
+    by_previous_ = true;  // forward returns x, backward dy: the layer before applies the activation
+    c.activation_bytes -= y_.buf.bytes();
+    y_ = Planned();
+    c.workspace_bytes -= dx_.buf.bytes();
+    dx_ = Planned();
   }
 
   bool ends_in_relu() const override { return act_ == Activation::Relu; }
@@ -33,7 +42,7 @@ class ActivationLayer : public Layer {
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
-    if (act_.is_none()) return x;
+    if (act_.is_none() || by_previous_) return x;
     x_ = x;  // the layer before keeps it (its output) for the backward pass
     const Tensor y = y_.at(x.shape[0]);
     c.be->activation_forward(act_, x, y);
@@ -42,7 +51,7 @@ class ActivationLayer : public Layer {
 
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
-    if (act_.is_none() || backward_by_next_) return dy;
+    if (act_.is_none() || backward_by_next_ || by_previous_) return dy;
     const int64_t n = dy.shape[0];
     const Tensor dx = dx_.at(n);
     c.be->activation_backward(act_, act_.backward_reads() == ActSaved::Input ? x_ : y_.at(n), dy, dx);
@@ -52,6 +61,7 @@ class ActivationLayer : public Layer {
  private:
   Activation act_;
   bool backward_by_next_ = false;  // the next layer computes this relu's gradient (Layer::fuse_input_relu)
+  bool by_previous_ = false;       // the layer before applies the activation (Layer::absorb_next_activation)
   Planned y_;
   Tensor x_;
 };

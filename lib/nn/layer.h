@@ -173,6 +173,18 @@ class Layer {
   /// reshaped: a relu's output is still one after it, so the fusion may reach across it.
   virtual bool passes_relu_through() const { return false; }
 
+  // Plan-time fusion of an activation layer into the batch norm before it, decided by the
+  // Sequence (docs/cpu-performance.md, "Batch norm and the activation after it").
+  /// The activation of a standalone activation layer that applies one itself (None for every
+  /// other layer, and once it handed the activation to the layer before).
+  virtual Activation standalone_activation() const { return {}; }
+  /// Whether this layer applies, in its own forward and backward ops and from then on, the
+  /// activation `a` of the layer right after it (batch norm does).
+  virtual bool absorb_next_activation(Context& /*c*/, Activation /*a*/) { return false; }
+  /// Called on the activation layer whose activation the layer before took over: its forward
+  /// and backward then pass their tensors through, and its buffers are released.
+  virtual void hand_activation_to_previous(Context& /*c*/) {}
+
   /// Trainable + non-trainable parameter count (nested layers included).
   virtual int64_t param_count(const Context& c) const;
   /// Summary rows: this layer, then nested ones.

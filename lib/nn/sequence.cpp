@@ -285,6 +285,17 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
     }
     if (relu && relu->ends_in_relu() && layer->fuse_input_relu()) relu->skip_relu_backward(c);
   }
+  // An activation layer whose backward reads its input, right after a batch norm of the same
+  // dtype with no cast between them: the batch norm applies it in its own ops, so its input
+  // is never stored (docs/cpu-performance.md, "Batch norm and the activation after it");
+  // MPX_CPU_FUSE=0 turns it off too.
+  if (!steps_.empty() && in_dtype == layer->input_dtype() && env_flag("MPX_CPU_FUSE", true)) {
+    const Activation a = layer->standalone_activation();
+    Layer* prev = steps_.back().layer.get();
+    if (!a.is_none() && a.backward_reads() == ActSaved::Input && prev->dtype() == in_dtype &&
+        prev->absorb_next_activation(c, a))
+      layer->hand_activation_to_previous(c);
+  }
   out_shape_ = layer->out_shape();
   out_dtype_ = layer->dtype();
   s.layer = std::move(layer);
