@@ -4,8 +4,8 @@
 // after it"): in 16-bit the bits of the two ops run one after the other (batch norm, then
 // activation_forward / activation_backward on the rounded normalized values), in float32
 // within float32's bound of the float64 reference; forward training, inference and backward,
-// rows longer than the loops' 256-channel chunk, every activation kind a layer can fuse and
-// relu's kinds, whose backward reads the output.
+// rows within one piece of the loops (1,024 elements) and a row longer than one, every
+// activation kind a layer can fuse and relu's kinds, whose backward reads the output.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -80,7 +80,7 @@ TEST_CASE("batch norm with a fused activation: the bits of batch norm then the a
   const DType t = GENERATE(DType::BF16, DType::F16, DType::F32);
   const Activation act = GENERATE(Activation(ActKind::Gelu), Activation(ActKind::GeluTanh), Activation(ActKind::Silu),
                                   Activation(ActKind::Relu), Activation(ActKind::LeakyRelu, 0.2f));
-  const Shape s = GENERATE(Shape{4, 6, 6, 24}, Shape{2, 3, 3, 300}, Shape{50, 10});
+  const Shape s = GENERATE(Shape{4, 6, 6, 24}, Shape{2, 3, 3, 300}, Shape{50, 10}, Shape{7, 1500});
   INFO(dtype_name(t) << " " << activation_name(act.kind) << " " << shape_str(s));
   Dev d;
   Bn f = make_bn(d, 5, t, s), u = make_bn(d, 5, t, s);  // fused, unfused: the same values
