@@ -25,6 +25,18 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
 /// The build of the activation loops that runs now: "avx512", "avx2" or "baseline".
 const char* activation_build();
 
+// batch_norm_rows.cpp: the batch-norm ops on mpx's row loops (bn_rows.h), for 16-bit tensors
+// and with an activation fused after the normalization; batch_norm.cpp routes them here.
+void bn_forward_training_rows(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                              float momentum, float epsilon, const Tensor& running_mean, const Tensor& running_var,
+                              const Tensor& saved_mean, const Tensor& saved_invstd, const Tensor& y, Activation act);
+void bn_forward_inference_rows(Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                               const Tensor& running_mean, const Tensor& running_var, float epsilon, const Tensor& y,
+                               Activation act);
+void bn_backward_rows(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& saved_mean,
+                      const Tensor& saved_invstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                      const Tensor& beta, Activation act);
+
 // dense.cpp
 /// dense_backward_data and the backward of the relu whose output is x
 /// (Backend::dense_relu_backward_data): in the few-output loops' registers, else a pass after.
