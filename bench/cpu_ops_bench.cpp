@@ -6,6 +6,7 @@
 //   cpu_ops_bench [--cpu-time]
 //   cpu_ops_bench [--seed] [--more] [--reps N]
 //   cpu_ops_bench --activations [--reps N]
+//   cpu_ops_bench --fast-cifar [--batch N] [--reps N]
 // --cpu-time reports process CPU time instead of wall time (on a shared, loaded
 // machine run it with OMP_NUM_THREADS=1 to get the compute cost). Compare oneDNN
 // with mpx's loops by running it again under MPX_CPU_REFERENCE=1.
@@ -20,6 +21,10 @@
 // largest activation, [1024, 15, 15, 64], in float32 and bfloat16, in the build that the CPU
 // runs and in the baseline one (MPX_CPU_BASELINE=1), with their ratio (docs/cpu-performance.md,
 // "Activations").
+// --fast-cifar times each convolution pass of the fast CIFAR recipe (configs/cifar10_fast.yaml) at
+// its batch of 1024 (--batch N) in float32 and bfloat16, with the kernel that ran and the direct
+// convolution's GFLOP/s, so a pass's rate can be held against the float32 GEMM ceiling
+// (bench/gemm_ceiling).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -179,6 +184,56 @@ void more_convs(int reps) {
   }
 }
 
+/// The convolutions of the fast CIFAR recipe (configs/cifar10_fast.yaml) at its batch, each
+/// pass timed alone in float32 and bfloat16 with the kernel that ran and its direct-convolution
+/// GFLOP/s (docs/cpu-performance.md, "When it runs").
+void fast_cifar_convs(int reps, int64_t N) {
+  Conv2dParams same3;
+  same3.R = same3.S = 3;
+  same3.pad_top = same3.pad_left = same3.pad_bottom = same3.pad_right = 1;
+  Conv2dParams whiten;
+  whiten.R = whiten.S = 2;
+  struct L {
+    const char* name;
+    int64_t H, C, K;
+    Conv2dParams p;
+    bool need_dx;
+  };
+  const L layers[] = {{"whiten 32x32x3->24 2x2", 32, 3, 24, whiten, false},
+                      {"block1_conv1 31x31x24->64", 31, 24, 64, same3, true},
+                      {"block1_conv2 15x15x64->64", 15, 64, 64, same3, true},
+                      {"block2_conv1 15x15x64->256", 15, 64, 256, same3, true},
+                      {"block2_conv2 7x7x256->256", 7, 256, 256, same3, true},
+                      {"block3_conv2 3x3x256->256", 3, 256, 256, same3, true}};
+  std::printf("fast CIFAR convolutions at batch %lld, %d reps (median); GFLOP/s of the direct convolution\n",
+              static_cast<long long>(N), reps);
+  for (DType t : {DType::F32, DType::BF16})
+    for (const L& l : layers) {
+      const double flop = 2.0 * static_cast<double>(N) * l.p.out_h(static_cast<int>(l.H)) *
+                          l.p.out_w(static_cast<int>(l.H)) * static_cast<double>(l.K * l.C * l.p.R * l.p.S);
+      bench::CpuDev d;
+      Rng rng(5);
+      const int64_t P = l.p.out_h(static_cast<int>(l.H)), Q = l.p.out_w(static_cast<int>(l.H));
+      Tensor x = d.rand(rng, t, Shape{N, l.H, l.H, l.C}), w = d.rand(rng, t, Shape{l.K, l.p.R, l.p.S, l.C});
+      Tensor b = d.rand(rng, t, Shape{l.K}), y = d.make(t, Shape{N, P, Q, l.K});
+      Tensor dy = d.rand(rng, t, Shape{N, P, Q, l.K}), dx = d.make(t, Shape{N, l.H, l.H, l.C});
+      Tensor dw = d.make(t, Shape{l.K, l.p.R, l.p.S, l.C}), db = d.make(t, Shape{l.K});
+      const std::string shape = "x [" + std::to_string(N) + ", " + std::to_string(l.H) + ", " +
+                                std::to_string(l.H) + ", " + std::to_string(l.C) + "]";
+      auto line = [&](const char* pass, const char* op, const WallCpu& m) {
+        std::printf("%-28s %-8s %-11s wall %8.2f ms  %6.0f GFLOP/s  %s\n", l.name, dtype_name(t), pass, m.wall,
+                    flop / m.wall / 1e6, kernel_of(d, op, shape).c_str());
+      };
+      line("fwd", "convolution forward",
+           median_wall_cpu([&] { d.be->conv2d_forward(l.p, x, w, b, y, Activation{}); }, reps));
+      if (l.need_dx)
+        line("bwd-data", "convolution backward data",
+             median_wall_cpu([&] { d.be->conv2d_backward_data(l.p, dy, w, dx); }, reps));
+      line("bwd-weights", "convolution backward weights",
+           median_wall_cpu([&] { d.be->conv2d_backward_filter(l.p, x, dy, dw, db); }, reps));
+    }
+}
+
 /// The activation loops in the chosen build and the baseline one, per kind and dtype.
 void activations(int reps) {
   bench::CpuDev d;
@@ -214,8 +269,9 @@ void activations(int reps) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool seed = false, more = false, acts = false;
+  bool seed = false, more = false, acts = false, fast = false;
   int reps = 5;
+  int64_t batch = 1024;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
@@ -225,16 +281,26 @@ int main(int argc, char** argv) {
       more = true;
     } else if (std::strcmp(argv[i], "--activations") == 0) {
       acts = true;
+    } else if (std::strcmp(argv[i], "--fast-cifar") == 0) {
+      fast = true;
+    } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      batch = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--cpu-time] | [--seed] [--more] [--reps N] | --activations [--reps N]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--cpu-time] | [--seed] [--more] [--reps N] | --activations [--reps N] | "
+                   "--fast-cifar [--batch N] [--reps N]\n",
                    argv[0]);
       return 2;
     }
   }
   if (acts) {
     activations(reps);
+    return 0;
+  }
+  if (fast) {
+    fast_cifar_convs(reps, batch);
     return 0;
   }
   if (seed || more) {

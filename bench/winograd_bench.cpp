@@ -7,8 +7,9 @@
 // MPX_CONV_WGRAD pick, so compare paths by running it under off, on and f2, alternating
 // (docs/cpu-performance.md, "Winograd convolution"):
 //   winograd_bench [--cpu-time] [--reps N] [--only SUBSTRING] [--tiles T,T,...]
-// --tiles times the Winograd kernel itself (conv_winograd, forward) with those tile-block
-// sizes instead of the default one, to tune winograd_tiles_per_block().
+// --tiles times the Winograd kernel itself (conv_winograd, forward, and conv_winograd_wgrad)
+// with those tile-block sizes instead of the default ones (0: the default), to tune
+// winograd_tiles_per_block() and winograd_wgrad_tiles_per_block(); --m 4 or 2 times that tile only.
 #include <omp.h>
 
 #include <cstdio>
@@ -32,6 +33,11 @@ struct Layer {
 
 const Layer kLayers[] = {
     {"cifar conv2 32x32x64->128 b256", 256, 32, 32, 64, 128},
+    // The fast CIFAR recipe's Winograd layers at its batch (configs/cifar10_fast.yaml).
+    {"fast 31x31x24->64 b1024", 1024, 31, 31, 24, 64},
+    {"fast 15x15x64->64 b1024", 1024, 15, 15, 64, 64},
+    {"fast 15x15x64->256 b1024", 1024, 15, 15, 64, 256},
+    {"fast 7x7x256->256 b1024", 1024, 7, 7, 256, 256},
     {"32x32x16->16 b256", 256, 32, 32, 16, 16},
     {"32x32x32->32 b256", 256, 32, 32, 32, 32},
     {"16x16x128->128 b256", 256, 16, 16, 128, 128},
@@ -93,12 +99,23 @@ void bench_tiles(const Layer& l, int m, int64_t tiles) {
       g_reps, g_cpu_time);
   std::printf("%-32s F(%dx%d,3x3) %3lld tiles/block (%s) fwd %8.2f ms %6.1f GFLOP/s\n", l.name, m, m,
               static_cast<long long>(g.tiles_per_block), cpu::winograd_isa(), ms, gflops(l, ms));
+  // The weight gradient with the same tiles per block (its default: winograd_wgrad_tiles_per_block).
+  cpu::WinoGeo gw = g;
+  gw.tiles_per_block = tiles > 0 ? tiles : cpu::winograd_wgrad_tiles_per_block(g);
+  std::vector<float> dw(w.size()), db(static_cast<size_t>(l.K));
+  std::vector<float> wscratch(cpu::winograd_wgrad_scratch(gw, omp_get_max_threads()));
+  const double mw = bench::mean_ms(
+      [&] { cpu::conv_winograd_wgrad(gw, x.data(), y.data(), dw.data(), db.data(), wscratch.data()); }, g_reps,
+      g_cpu_time);
+  std::printf("%-32s F(%dx%d,3x3) %3lld tiles/block (%s) wgrad %8.2f ms %6.1f GFLOP/s\n", l.name, m, m,
+              static_cast<long long>(gw.tiles_per_block), cpu::winograd_isa(), mw, gflops(l, mw));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string only, tiles;
+  int only_m = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--cpu-time") == 0) {
       g_cpu_time = true;
@@ -108,8 +125,10 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (std::strcmp(argv[i], "--tiles") == 0 && i + 1 < argc) {
       tiles = argv[++i];
+    } else if (std::strcmp(argv[i], "--m") == 0 && i + 1 < argc) {
+      only_m = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--cpu-time] [--reps N] [--only SUBSTRING] [--tiles T,T,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--cpu-time] [--reps N] [--only SUBSTRING] [--tiles T,T,... [--m 4|2]]\n", argv[0]);
       return 2;
     }
   }
@@ -125,7 +144,8 @@ int main(int argc, char** argv) {
     std::stringstream ss(tiles);
     std::string t;
     while (std::getline(ss, t, ','))
-      for (int m : {4, 2}) bench_tiles(l, m, std::atoll(t.c_str()));
+      for (int m : {4, 2})
+        if (only_m == 0 || m == only_m) bench_tiles(l, m, std::atoll(t.c_str()));
   }
   return 0;
 }

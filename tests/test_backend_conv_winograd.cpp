@@ -200,7 +200,7 @@ TEST_CASE("Winograd: a non-finite input makes every output non-finite that the d
     }
 }
 
-TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8x8+ pixels (4x4+ on AVX2 and for dw)",
+TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 7x7+ pixels (4x4+ on AVX2, 3x3+ for dw)",
           "[backend][cpu][conv]") {
   if (!winograd_env_default()) {
     WARN("MPX_CONV_WINOGRAD is set: the default rule is not what runs");
@@ -220,11 +220,16 @@ TEST_CASE("Winograd's shape rule: 3x3 stride-1 layers with 16+ channels and 8x8+
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 64, 128)) == 4);  // the CIFAR net's big layer
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 3, 64)) == 0);    // its first layer: 3 channels
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 8, 16)) == 0);    // 8 channels
-  const std::string isa = cpu::winograd_isa();  // 4x4 pixels: AVX2 only
+  const std::string isa = cpu::winograd_isa();  // 4x4 and 6x6 pixels: AVX2 only
   CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64)) == (isa == "avx2" ? 4 : 0));
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 6, 6, 64, 64)) == (isa == "avx2" ? 4 : 0));
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 7, 7, 256, 256)) == 4);  // the fast CIFAR recipe's 7x7 layers
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 7, 6, 64, 64)) == (isa == "avx2" ? 4 : 0));  // both sides count
   CHECK(cpu::winograd_tile(same, g_of(same, 8, 8, 8, 64, 64)) == 4);
-  CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64), true) == 4);  // weight gradient: 4x4 on both
-  CHECK(cpu::winograd_tile(same, g_of(same, 8, 3, 3, 64, 64), true) == 0);
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 4, 4, 64, 64), true) == 4);  // weight gradient: 3x3 on both
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 3, 3, 256, 256), true) == 4);
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 2, 2, 64, 64), true) == 0);
+  CHECK(cpu::winograd_tile(same, g_of(same, 8, 3, 2, 64, 64), true) == 0);
   CHECK(cpu::winograd_tile(same, g_of(same, 256, 32, 32, 64, 128), true) == 4);
   Conv2dParams strided = same;
   strided.stride_h = strided.stride_w = 2;

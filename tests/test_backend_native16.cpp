@@ -317,8 +317,9 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
   }
   // Per pass and shape, the kernel the rule takes (docs/precision.md): the CIFAR net's
   // Winograd layer stays widened in all three passes; the first layers' forward passes, a
-  // strided layer's forward and backward-data and a 1x1 layer's three passes run oneDNN's
-  // bf16 kernels; 3x3 weight gradients and dense backward passes stay widened.
+  // strided layer's forward and backward-data, a 7x7 Winograd layer's forward and
+  // backward-data (Winograd's tiles a quarter empty) and a 1x1 layer's three passes run
+  // oneDNN's bf16 kernels; 3x3 weight gradients and dense backward passes stay widened.
   struct Case {
     const char* name;
     int64_t N, H, W, C, K;
@@ -329,6 +330,9 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
                         {"cifar conv1 (3 channels)", 2, 32, 32, 3, 64, 3, 1, 1, true, true, false},
                         {"mnist conv (1 channel, valid)", 2, 28, 28, 1, 32, 3, 1, 0, true, true, false},
                         {"3x3 stride 2, 16 -> 32", 2, 16, 16, 16, 32, 3, 2, 1, true, true, false},
+                        {"fast CIFAR 7x7, 64 -> 64 (Winograd's weight gradient)", 2, 7, 7, 64, 64, 3, 1, 1, true,
+                         true, false},
+                        {"8x8, 64 -> 64 (Winograd)", 2, 8, 8, 64, 64, 3, 1, 1, false, false, false},
                         {"1x1, 64 -> 128", 2, 8, 8, 64, 128, 1, 1, 0, true, true, true}};
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {

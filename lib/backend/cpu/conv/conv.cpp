@@ -301,7 +301,8 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
     conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
   } else if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
     const bool direct = c->kernel == ConvKernel::Winograd16;
-    const WinoGeo wg = with_block({g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0});
+    WinoGeo wg{g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0};
+    wg.tiles_per_block = winograd_wgrad_tiles_per_block(wg);
     const void* xin = direct ? x.data : f32_in(ctx, kSlotX, x);
     const void* dyin = direct ? dy.data : f32_in(ctx, kSlotDY, dy);
     float* scratch = ctx.scratch(kSlotTmp0, winograd_wgrad_scratch(wg, omp_get_max_threads()));

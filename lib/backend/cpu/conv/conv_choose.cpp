@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/conv/conv_wgrad.h"
 #include "backend/cpu/conv/conv_wgrad_small.h"
@@ -28,16 +30,17 @@ bool winograd_applies(const Conv2dParams& p, const Geo& g) {
          pad_ok(p.pad_bottom) && pad_ok(p.pad_right) && g.P > 0 && g.Q > 0;
 }
 
-/// The default rule, from single-thread measurements against oneDNN's direct kernels
+/// The default rule, from measurements against oneDNN's direct kernels
 /// (docs/cpu-performance.md, "Winograd convolution"): 16+ channels in and out (with 8 it
 /// lost or tied), and outputs of at least 4x4 pixels with AVX2 (won at 4x4 and 6x6 in every
-/// pass); with AVX-512 at least 8x8 for forward and backward-data (they tied or lost at 4x4
-/// and 6x6) and 4x4 for the weight gradient (won at both). Not measured on CPUs without AVX2:
-/// off there.
+/// pass); with AVX-512 at least 7x7 for forward and backward-data (they tied or lost at 4x4
+/// and 6x6, won at 7x7 and 8x8); 3x3 for the weight gradient with either (won at 3x3, 4x4
+/// and up). Not measured on CPUs without AVX2: off there.
 bool winograd_rule(const Geo& g, bool wgrad) {
   const std::string isa = winograd_isa();
-  const int64_t min_side = isa == "avx512" ? (wgrad ? 4 : 8) : isa == "avx2" ? 4 : -1;
-  return min_side > 0 && g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
+  if (isa != "avx512" && isa != "avx2") return false;
+  const int64_t min_side = wgrad ? 3 : isa == "avx512" ? 7 : 4;
+  return g.C >= 16 && g.K >= 16 && g.P >= min_side && g.Q >= min_side;
 }
 
 WgradGeo wgrad_geo(const Geo& g) { return {g.N, g.H, g.W, g.C, g.K, g.R, g.S, g.P, g.Q, g.pt, g.pl}; }
@@ -101,10 +104,12 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16);
 /// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the kernel the
 /// widened path would run. Measured per pass and shape (docs/precision.md, "16-bit arithmetic
 /// on the CPU"): mpx's Winograd (float32 products) beats oneDNN's bf16 direct kernels in all
-/// three passes, and so does the few-channel weight gradient (oneDNN's bf16 one took 2-15x as
-/// long on 3x3 first layers and strided 3x3 layers); oneDNN's bf16 kernels beat the few-channel
-/// forward and oneDNN's float32 kernels on widened copies (1.3-4x) in the forward and
-/// backward-data passes, and the weight gradient of 1x1 convolutions (3x).
+/// three passes where its 4x4 tiles are full (outputs of 8x8 and more), and so does the
+/// few-channel weight gradient (oneDNN's bf16 one took 2-15x as long on 3x3 first layers and
+/// strided 3x3 layers); oneDNN's bf16 kernels beat the few-channel forward, oneDNN's float32
+/// kernels on widened copies (1.3-4x) and Winograd on outputs under 8x8 (1.2-1.5x at 7x7, its
+/// tiles a quarter empty) in the forward and backward-data passes, and the weight gradient of
+/// 1x1 convolutions (3x).
 bool native16_wins(const ConvQuery& q) {
   ConvQuery widened = q;
   widened.native_refused = false;
@@ -115,7 +120,7 @@ bool native16_wins(const ConvQuery& q) {
   const ConvKernel k = (q.pass == ConvPass::Forward ? forward(widened, std::string())
                                                     : backward_data(widened, std::string()))
                            .kernel;
-  return k != ConvKernel::Winograd && k != ConvKernel::Winograd16;
+  return (k != ConvKernel::Winograd && k != ConvKernel::Winograd16) || std::min(q.g.P, q.g.Q) < 8;
 }
 
 ConvChoice forward(const ConvQuery& q, std::string why16) {

@@ -70,6 +70,13 @@ int64_t winograd_tiles_per_block(const WinoGeo& g) {
   return std::clamp<int64_t>((int64_t{1} << 20) / per_tile, 16, 128);
 }
 
+int64_t winograd_wgrad_tiles_per_block(const WinoGeo& g) {
+  // Each block's 36 GEMMs read and write the whole accumulator (9.4 MB per thread at 256 -> 256
+  // channels), so a block of at least 64 tiles, past L2 for V and M, still moves fewer bytes
+  // (docs/cpu-performance.md, "The weight gradient's blocks").
+  return std::max<int64_t>(winograd_tiles_per_block(g), 64);
+}
+
 size_t winograd_weight_floats(const WinoGeo& g) {
   return static_cast<size_t>(alpha(g) * alpha(g) * g.Ci * g.Co);
 }

@@ -31,6 +31,10 @@ struct WinoGeo {
 
 /// Default tiles per block of one thread (the GEMMs' row count) for this geometry.
 int64_t winograd_tiles_per_block(const WinoGeo& g);
+/// Default tiles per block of the weight gradient (the GEMMs' reduction length), which adds
+/// each block into an accumulator of (m+2)^2 * Co * Ci floats: a longer block reads and writes
+/// that accumulator fewer times per tile.
+int64_t winograd_wgrad_tiles_per_block(const WinoGeo& g);
 
 /// Floats of the transformed filter: (m+2)^2 * Ci * Co.
 size_t winograd_weight_floats(const WinoGeo& g);
