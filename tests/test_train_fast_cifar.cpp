@@ -198,6 +198,31 @@ TEST_CASE("parameter groups: per-parameter learning rate and decay multipliers a
   }
 }
 
+TEST_CASE("parameter groups: which parameters an epoch updates (Optimizer::updates)", "[train][optimizer][fast_cifar]") {
+  auto be = create_backend("cpu");
+  OptimizerConfig cfg;
+  cfg.name = OptimizerName::Sgd;
+  cfg.lr_multipliers = {{"a/kernel", 0.0}, {"b/*", 4.0}};
+  cfg.freeze_after_epochs = {{"c/bias", 2.0}};
+  const std::vector<ParamInfo> params = {param("a", "kernel", 0, 5), param("b", "beta", 8, 3),
+                                         param("c", "bias", 16, 4), param("c", "kernel", 24, 6)};
+  Optimizer opt(cfg, *be, 32);
+  opt.set_groups(params);
+  for (const int64_t epoch : {0, 1, 2, 5}) {
+    opt.set_epoch(epoch);
+    INFO("epoch " << epoch);
+    for (int64_t i = 0; i < 32; ++i) {
+      const bool want = i < 8 ? false : i < 16 ? true : i < 24 ? epoch < 2 : true;  // a, b, c/bias, c/kernel
+      INFO("element " << i);
+      CHECK(opt.updates(i) == want);
+    }
+  }
+  Optimizer plain(OptimizerConfig{}, *be, 32);  // no rules: one pass over everything
+  plain.set_groups(params);
+  CHECK(plain.updates(0));
+  CHECK(plain.updates(31));
+}
+
 TEST_CASE("parameter rules in the config: parsed, written back, and refused when malformed", "[train][config][fast_cifar]") {
   const std::string base = "data: {dataset: synthetic}\nmodel:\n  layers:\n    - {type: flatten}\n    - {type: dense, units: 10}\n";
   const Config c = parse(base + "optimizer:\n  lr_multipliers: [\"*/beta=64\", \"whiten/kernel=0\"]\n");

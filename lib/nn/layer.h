@@ -282,6 +282,13 @@ class Sequence {
   void collect_backward(std::vector<const Layer*>& out) const;
   /// Allocates what the first layer needs to return an input gradient.
   void enable_input_grad(Context& c);
+  /// Where backward() stops when no input gradient is asked for: steps before `first` get no
+  /// gradient (their parameters' gradients are zeros, their hooks still called), step `first`
+  /// computes its parameters' gradients but no input gradient. 0: every step (the default).
+  void set_first_backward(size_t first) { first_backward_ = first; }
+  size_t size() const { return steps_.size(); }
+  /// Every layer of step i (nested ones included).
+  void collect_step(size_t i, std::vector<const Layer*>& out) const { steps_[i].layer->collect_backward(out); }
 
  private:
   struct Step {
@@ -292,6 +299,7 @@ class Sequence {
   };
   void add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx);
   std::vector<Step> steps_;
+  size_t first_backward_ = 0;
   Shape in_shape_, out_shape_;
   DType in_dtype_ = DType::F32, out_dtype_ = DType::F32;
 };

@@ -28,6 +28,7 @@ struct Model::Impl {
   nn::Planned dlogits16;  // dlogits cast to the last layer's dtype
   nn::Planned input_grad32;
   bool want_input_grad = false, input_grad_ready = false;
+  size_t frozen_prefix = 0;  // set_updated_params()
   Tensor last_input_grad;
   bool softmax = false, last_training = false;
   int64_t last_n = 0;
@@ -269,6 +270,26 @@ void Model::backward(const Tensor& dlogits) {
     }
   }
 }
+
+void Model::set_updated_params(const std::function<bool(const ParamInfo&)>& updated) {
+  Impl& m = *impl_;
+  size_t first = 0;
+  for (; first < m.seq.size(); ++first) {
+    std::vector<const nn::Layer*> layers;
+    m.seq.collect_step(first, layers);
+    bool any = false;
+    for (const nn::Layer* l : layers)
+      for (int id : l->param_ids()) {
+        const ParamInfo& p = m.c.params[static_cast<size_t>(id)];
+        any = any || (p.trainable && updated(p));
+      }
+    if (any) break;
+  }
+  m.frozen_prefix = first;
+  m.seq.set_first_backward(first);
+}
+
+size_t Model::frozen_prefix() const { return impl_->frozen_prefix; }
 
 void Model::set_grad_ready_hook(std::function<void(int64_t offset, int64_t count)> hook) {
   impl_->c.grad_ready_hook = std::move(hook);

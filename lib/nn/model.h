@@ -150,6 +150,17 @@ class Model {
   /// Backward pass from float32 dlogits [n, num_classes] (already loss-scaled);
   /// overwrites every parameter's gradient (the arena's alignment gaps keep their zeros).
   void backward(const Tensor& dlogits);
+  /**
+   * @brief Which parameters the next steps update (`updated`, e.g. the optimizer's groups at
+   * this epoch): backward() then carries no gradient into the leading layers that have none
+   * of them, as PyTorch skips what needs no grad. Their parameters' gradients are zeros and
+   * the gradient-ready hook still reports them; the first layer with an updated parameter
+   * computes its parameters' gradients but no input gradient. A forward_float() backward
+   * still runs every layer. The default (never called): every layer.
+   */
+  void set_updated_params(const std::function<bool(const ParamInfo&)>& updated);
+  /// Top-level layers backward() skips (set_updated_params); 0 by default.
+  size_t frozen_prefix() const;
 
   // ---- overlapping the gradient all-reduce with backward --------------------
   /**

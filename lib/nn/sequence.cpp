@@ -4,6 +4,8 @@
 // between them, and make_layer(), the one place that knows every layer type.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/env.h"
 #include "core/error.h"
 #include "nn/layer.h"
@@ -327,21 +329,38 @@ Tensor Sequence::forward(Context& c, const Tensor& x) {
 
 Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
   const int64_t n = dy.shape[0];
+  const size_t first = need_dx ? 0 : std::min(first_backward_, steps_.size());
   Tensor g = dy;
-  for (size_t i = steps_.size(); i-- > 0;) {
+  for (size_t i = steps_.size(); i-- > first;) {
     Step& s = steps_[i];
-    const bool nd = need_dx || i > 0;
+    const bool nd = need_dx || i > first;
     g = s.layer->backward(c, g, nd);
     grads_ready(c, *s.layer);
     s.layer->last_dx = g;
-    if (!nd) return Tensor();
+    if (!nd) break;
     if (s.in_dtype != s.layer->input_dtype()) {
       const Tensor t = s.dx_cast.at(n);
       c.be->cast(g, t);
       g = t;
     }
   }
-  return g;
+  if (need_dx) return g;
+  // Steps before `first` have no parameter the optimizer updates, so no gradient is carried to
+  // them (docs/fast-cifar.md, "Parameter groups"): their parameters' gradients are zeros, and
+  // their hooks are called in the order a full backward() would call them.
+  for (size_t i = first; i-- > 0;) {
+    std::vector<const Layer*> layers;
+    steps_[i].layer->collect_backward(layers);
+    for (const Layer* l : layers) {
+      for (int id : l->param_ids())
+        if (c.params[static_cast<size_t>(id)].trainable) c.be->fill(c.grad_of(id), 0.0f);
+      grads_ready(c, *l);
+    }
+    std::vector<Layer*> all;
+    steps_[i].layer->collect(all);
+    for (Layer* l : all) l->last_dx = Tensor();
+  }
+  return Tensor();
 }
 
 int64_t Sequence::param_count(const Context& c) const {

@@ -120,6 +120,13 @@ void Optimizer::set_groups(const std::vector<ParamInfo>& params) {
   }
 }
 
+bool Optimizer::updates(int64_t offset) const {
+  for (const Segment& s : segments_)
+    if (offset >= s.offset && offset < s.offset + s.count)
+      return !(s.lr_mult == 0.0f || (s.until_epoch >= 0 && epoch_ >= s.until_epoch));
+  return true;
+}
+
 template <typename F>
 void Optimizer::for_segments(const Tensor& master, const Tensor& grads, const Tensor& compute_copy, F&& f) const {
   if (segments_.empty()) {

@@ -71,6 +71,9 @@ class Optimizer {
   void set_groups(const std::vector<ParamInfo>& params);
   /// The epoch of the next steps (freeze_after_epochs).
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// Whether the next steps update the gradient-arena element at `offset`: false inside a
+  /// range with a learning-rate multiplier of 0 or past its freeze_after_epochs epoch.
+  bool updates(int64_t offset) const;
   /// One range of the arena with its settings.
   struct Segment {
     int64_t offset = 0, count = 0;

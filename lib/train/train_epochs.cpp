@@ -127,6 +127,10 @@ void TrainRun::run_epochs() {
   while (stop_kind_.empty() && st_.epoch < epochs && !(max_steps > 0 && st_.global_step >= max_steps)) {
     loader_->start_epoch(st_.epoch, st_.step_in_epoch);
     engine_->optimizer().set_epoch(st_.epoch);
+    // No gradient is carried into leading layers that this epoch leaves alone (a frozen
+    // whitening layer): the same updates, less work (docs/fast-cifar.md, "Parameter groups").
+    const Optimizer& opt = engine_->optimizer();
+    engine_->model().set_updated_params([&opt](const ParamInfo& p) { return opt.updates(p.offset); });
     const auto t_epoch = Clock::now();
     double epoch_seconds = 0;
     int64_t epoch_images = 0;
