@@ -93,14 +93,17 @@ std::string kernel_of(bench::CpuDev& d, const std::string& op, const std::string
   return impl;
 }
 
+/// `flop` > 0: also the GFLOP/s of that many floating-point operations per call.
 void report(bench::CpuDev& d, const char* layer, DType t, const char* pass, const std::string& op,
-            const std::string& shape, const WallCpu& m) {
-  std::printf("%-28s %-8s %-12s wall %8.3f ms  cpu %8.3f ms  %s\n", layer, dtype_name(t), pass, m.wall, m.cpu,
-              kernel_of(d, op, shape).c_str());
+            const std::string& shape, const WallCpu& m, double flop = 0) {
+  std::printf("%-28s %-8s %-12s wall %8.3f ms  cpu %8.3f ms  ", layer, dtype_name(t), pass, m.wall, m.cpu);
+  if (flop > 0) std::printf("%6.0f GFLOP/s  ", flop / m.wall / 1e6);
+  std::printf("%s\n", kernel_of(d, op, shape).c_str());
 }
 
+/// The three passes of one convolution; `flop` > 0: their GFLOP/s too (the direct convolution's).
 void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
-               const Conv2dParams& p, bool need_dx, int reps) {
+               const Conv2dParams& p, bool need_dx, int reps, Activation act = Activation::Relu, double flop = 0) {
   bench::CpuDev d;  // a backend of its own: its kernels list holds this layer only
   Rng rng(5);
   const int64_t P = p.out_h(static_cast<int>(H)), Q = p.out_w(static_cast<int>(W));
@@ -109,13 +112,13 @@ void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int6
   Tensor dx = d.make(t, Shape{N, H, W, C}), dw = d.make(t, Shape{K, p.R, p.S, C}), db = d.make(t, Shape{K});
   const std::string shape = "x [" + std::to_string(N) + ", " + std::to_string(H) + ", " + std::to_string(W) + ", " +
                             std::to_string(C) + "]";
-  report(d, layer, t, "fwd+relu", "convolution forward", shape,
-         median_wall_cpu([&] { d.be->conv2d_forward(p, x, w, b, y, Activation::Relu); }, reps));
+  report(d, layer, t, act.is_none() ? "fwd" : "fwd+relu", "convolution forward", shape,
+         median_wall_cpu([&] { d.be->conv2d_forward(p, x, w, b, y, act); }, reps), flop);
   if (need_dx)
     report(d, layer, t, "bwd-data", "convolution backward data", shape,
-           median_wall_cpu([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, reps));
+           median_wall_cpu([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, reps), flop);
   report(d, layer, t, "bwd-weights", "convolution backward weights", shape,
-         median_wall_cpu([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, reps));
+         median_wall_cpu([&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); }, reps), flop);
 }
 
 /// tx: x's and dx's dtype (a float32 layer may read a 16-bit input as it is).
@@ -211,26 +214,7 @@ void fast_cifar_convs(int reps, int64_t N) {
     for (const L& l : layers) {
       const double flop = 2.0 * static_cast<double>(N) * l.p.out_h(static_cast<int>(l.H)) *
                           l.p.out_w(static_cast<int>(l.H)) * static_cast<double>(l.K * l.C * l.p.R * l.p.S);
-      bench::CpuDev d;
-      Rng rng(5);
-      const int64_t P = l.p.out_h(static_cast<int>(l.H)), Q = l.p.out_w(static_cast<int>(l.H));
-      Tensor x = d.rand(rng, t, Shape{N, l.H, l.H, l.C}), w = d.rand(rng, t, Shape{l.K, l.p.R, l.p.S, l.C});
-      Tensor b = d.rand(rng, t, Shape{l.K}), y = d.make(t, Shape{N, P, Q, l.K});
-      Tensor dy = d.rand(rng, t, Shape{N, P, Q, l.K}), dx = d.make(t, Shape{N, l.H, l.H, l.C});
-      Tensor dw = d.make(t, Shape{l.K, l.p.R, l.p.S, l.C}), db = d.make(t, Shape{l.K});
-      const std::string shape = "x [" + std::to_string(N) + ", " + std::to_string(l.H) + ", " +
-                                std::to_string(l.H) + ", " + std::to_string(l.C) + "]";
-      auto line = [&](const char* pass, const char* op, const WallCpu& m) {
-        std::printf("%-28s %-8s %-11s wall %8.2f ms  %6.0f GFLOP/s  %s\n", l.name, dtype_name(t), pass, m.wall,
-                    flop / m.wall / 1e6, kernel_of(d, op, shape).c_str());
-      };
-      line("fwd", "convolution forward",
-           median_wall_cpu([&] { d.be->conv2d_forward(l.p, x, w, b, y, Activation{}); }, reps));
-      if (l.need_dx)
-        line("bwd-data", "convolution backward data",
-             median_wall_cpu([&] { d.be->conv2d_backward_data(l.p, dy, w, dx); }, reps));
-      line("bwd-weights", "convolution backward weights",
-           median_wall_cpu([&] { d.be->conv2d_backward_filter(l.p, x, dy, dw, db); }, reps));
+      seed_conv(l.name, t, N, l.H, l.H, l.C, l.K, l.p, l.need_dx, reps, Activation{}, flop);
     }
 }
 

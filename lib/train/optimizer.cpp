@@ -120,10 +120,13 @@ void Optimizer::set_groups(const std::vector<ParamInfo>& params) {
   }
 }
 
+bool Optimizer::frozen(const Segment& s) const {
+  return s.lr_mult == 0.0f || (s.until_epoch >= 0 && epoch_ >= s.until_epoch);
+}
+
 bool Optimizer::updates(int64_t offset) const {
   for (const Segment& s : segments_)
-    if (offset >= s.offset && offset < s.offset + s.count)
-      return !(s.lr_mult == 0.0f || (s.until_epoch >= 0 && epoch_ >= s.until_epoch));
+    if (offset >= s.offset && offset < s.offset + s.count) return !frozen(s);
   return true;
 }
 
@@ -137,7 +140,7 @@ void Optimizer::for_segments(const Tensor& master, const Tensor& grads, const Te
   for (const Segment& s : segments_) {
     // A frozen range (multiplier 0, or past its epochs) is not touched at all: its state
     // arenas keep their values, as PyTorch's requires_grad = False.
-    if (s.lr_mult == 0.0f || (s.until_epoch >= 0 && epoch_ >= s.until_epoch)) continue;
+    if (frozen(s)) continue;
     const Shape sh{s.count};
     for (size_t i = 0; i < st.size(); ++i) st[i] = states_[i].empty() ? Tensor() : states_[i].flat_view(s.offset, sh);
     f(s, master.flat_view(s.offset, sh), grads.flat_view(s.offset, sh), st,

@@ -83,6 +83,8 @@ class Optimizer {
   const std::vector<Segment>& segments() const { return segments_; }
 
  private:
+  /// A multiplier of 0, or past its freeze_after_epochs epoch: the step leaves it alone.
+  bool frozen(const Segment& s) const;
   OptimizerConfig cfg_;
   Backend& backend_;
   OptimizerStep::Kind kind_ = OptimizerStep::Kind::Adam;
