@@ -5,18 +5,21 @@
 // relu, then for 16-bit outputs one rounding; 1 to 4 channels, 16/32/64 filters, filters from
 // 1x1 to 5x5, every padding, runs of pixels that do not fill a register block, 1 to 3 threads.
 // In 16 bits the output is the float32 kernel's result rounded once, bit for bit; NaN stays
-// NaN through relu. Through the backend: the kernel it names, and only for 16-bit outputs.
+// NaN through relu. Through the backend: the kernel it names, for 16-bit outputs and, with
+// AVX-512, for float32 ones but several channels with 32 filters.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
 
 #include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/native16.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
@@ -123,14 +126,18 @@ TEST_CASE("few-channel forward convolution: relu keeps NaN, and a NaN input reac
     }
 }
 
-TEST_CASE("the backend's 16-bit first-layer forward runs the few-channel kernel; float32 stays on oneDNN",
+TEST_CASE("the backend's first-layer forward runs the few-channel kernel where its rule says",
           "[backend][cpu][conv]") {
   const DType t = GENERATE(DType::F32, DType::BF16, DType::F16);
+  // (channels, filters): the MNIST nets' first layer, then a 3-channel layer with 32 filters
+  // (float32 stays on oneDNN) and with 64 (float32 on the kernel with AVX-512).
+  const auto ck = GENERATE(std::make_pair(int64_t{1}, int64_t{32}), std::make_pair(int64_t{3}, int64_t{32}),
+                           std::make_pair(int64_t{3}, int64_t{64}));
   support::CpuDev d;
   Rng rng(19);
   Conv2dParams p;  // 3x3 valid, as the MNIST smoke net's first layer
   p.R = p.S = 3;
-  const int64_t N = 4, H = 10, W = 9, C = 1, K = 32;
+  const int64_t N = 4, H = 10, W = 9, C = ck.first, K = ck.second;
   const ref::ConvDims rd = ref::conv_dims(p, N, H, W, C, K);
   std::vector<float> xv, wv, bv;
   Tensor x = d.rand(rng, t, Shape{N, H, W, C}, &xv), w = d.rand(rng, t, Shape{K, 3, 3, C}, &wv);
@@ -147,9 +154,11 @@ TEST_CASE("the backend's 16-bit first-layer forward runs the few-channel kernel;
   for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
   const char* mode = std::getenv("MPX_CONV_FORWARD");
   const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
-  INFO(dtype_name(t));
-  if (t == DType::F32 || off)
+  INFO(dtype_name(t) << ", " << C << " channels, " << K << " filters, kernel ISA " << cpu::conv_fwd_small_isa());
+  if (off)
     CHECK_FALSE(named);
+  else if (t == DType::F32)
+    CHECK(named == (cpu::kernel_isa() == cpu::KernelIsa::Avx512 && (C == 1 || K != 32)));
   else if (!native)  // where oneDNN's native 16-bit kernels run (AMX) they take the layer first
     CHECK(named);
 }

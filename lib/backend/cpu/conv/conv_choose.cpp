@@ -59,13 +59,18 @@ ConvChoice pick(ConvKernel k, std::string name, std::string why, int tile = 0) {
 bool native16_wins(const ConvQuery& q);
 
 /// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/32/64
-/// filters, a 16-bit output of the input's dtype, relu or no activation and no kept
-/// pre-activation (conv_fwd_small.h). The switch first: a bad value is exit 2 on every net
-/// with a convolution.
+/// filters, relu or no activation and no kept pre-activation (conv_fwd_small.h), the output in
+/// the input's dtype. A 16-bit output always (it saves oneDNN's rounding pass); a float32 one
+/// with AVX-512 unless the layer has several channels and 32 filters, where oneDNN's kernel
+/// was faster (measured per shape: docs/cpu-performance.md, "The first layer's forward pass";
+/// with AVX2 oneDNN's won or tied). The switch first: a bad value is exit 2 on every net with
+/// a convolution.
 bool few_channel_forward(const ConvQuery& q) {
   const bool relu_only = !q.keep_pre && (q.act.is_none() || q.act.kind == ActKind::Relu);
-  return conv_fwd_small_enabled() && is_16bit(q.out) && q.in == q.out && relu_only && !reference_loops() &&
-         conv_fwd_small_applies(q.g);
+  if (!conv_fwd_small_enabled() || q.in != q.out || !relu_only || reference_loops() || !conv_fwd_small_applies(q.g))
+    return false;
+  if (is_16bit(q.out)) return true;
+  return q.out == DType::F32 && kernel_isa() == KernelIsa::Avx512 && (q.g.C == 1 || q.g.K != 32);
 }
 
 /// Whether oneDNN's native 16-bit kernel is the one for this op: the dtype's path
@@ -133,12 +138,19 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
       return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
                   "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
   }
-  if (few_channel_forward(q))
-    return pick(ConvKernel::FewChannels,
-                fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(), dtype_name(q.in)),
-                "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache");
+  // A forced Winograd (cpu.winograd on or f2) takes a float32 layer before the few-channel
+  // kernel; by the default rule the two never meet (Winograd's needs 16 input channels).
+  const int m = reference_loops() ? 0 : winograd_tile(q.p, g, false, q.configured);
+  if (few_channel_forward(q) && (is_16bit(q.out) || m == 0)) {
+    if (is_16bit(q.out))
+      return pick(ConvKernel::FewChannels,
+                  fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(), dtype_name(q.in)),
+                  "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache");
+    return pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),
+                "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: mpx's kernel keeps "
+                "each run of pixels' sums in registers over all taps");
+  }
   if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
-  const int m = winograd_tile(q.p, g, false, q.configured);
   if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
   return onednn(q, why16);
 }
