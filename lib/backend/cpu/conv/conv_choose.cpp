@@ -132,24 +132,21 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
   const Geo& g = q.g;
   const bool relu_only = !q.keep_pre && (q.act.is_none() || q.act.kind == ActKind::Relu);
   const bool io16 = is_16bit(q.in) && q.in == q.out && !reference_loops();
-  if (io16 && relu_only) {
-    const int m = winograd_tile(q.p, g, false, q.configured);
-    if (m > 0)
-      return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
-                  "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
-  }
-  // A forced Winograd (cpu.winograd on or f2) takes a float32 layer before the few-channel
-  // kernel; by the default rule the two never meet (Winograd's needs 16 input channels).
   const int m = reference_loops() ? 0 : winograd_tile(q.p, g, false, q.configured);
-  if (few_channel_forward(q) && (is_16bit(q.out) || m == 0)) {
-    if (is_16bit(q.out))
-      return pick(ConvKernel::FewChannels,
-                  fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(), dtype_name(q.in)),
-                  "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache");
-    return pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),
-                "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: mpx's kernel keeps "
-                "each run of pixels' sums in registers over all taps");
-  }
+  if (io16 && relu_only && m > 0)
+    return pick(ConvKernel::Winograd16, winograd_name(m, q.in),
+                "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
+  // Winograd's default rule (16+ input channels) and the few-channel kernel (1-4) never meet; a
+  // forced Winograd (cpu.winograd on or f2) takes a float32 layer first.
+  if (few_channel_forward(q) && m == 0)
+    return is_16bit(q.out)
+               ? pick(ConvKernel::FewChannels,
+                      fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(),
+                                  dtype_name(q.in)),
+                      "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache")
+               : pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),
+                      "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: mpx's kernel "
+                      "keeps each run of pixels' sums in registers over all taps");
   if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
   if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
   return onednn(q, why16);
