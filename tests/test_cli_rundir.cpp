@@ -139,6 +139,28 @@ TEST_CASE("cli run dir: a folder that is not an mpx run directory is refused and
   CHECK(c.code == 2);
   CHECK(c.err.find("(it holds 'config.yaml')") != std::string::npos);
 
+  // What a run killed while it made the folder leaves (its lock, an empty checkpoints folder, the
+  // marker's temporary file) counts as empty: used, with --overwrite too, the temporary file
+  // removed. Another name of that shape is someone else's.
+  for (const char* extra : {"", " --overwrite"}) {
+    const std::string name = std::string("killed") + (*extra ? "2" : "1");
+    std::filesystem::create_directories(t.path / name / "checkpoints");
+    write_file(t.path / name / ".lock", "");
+    write_file(t.path / name / "..mpx-run.tmp.4242", "an mpx run dir");
+    const auto k = run_mpx("train --no-progress --config c.yaml --run-dir " + name + extra, t.path);
+    INFO(k.err);
+    CHECK(k.code == 0);
+    CHECK(std::filesystem::exists(t.path / name / ".mpx-run"));
+    CHECK_FALSE(std::filesystem::exists(t.path / name / "..mpx-run.tmp.4242"));
+    CHECK(std::filesystem::exists(t.path / name / "summary.json"));
+  }
+  std::filesystem::create_directories(t.path / "othertmp");
+  write_file(t.path / "othertmp" / "..mpx-run.tmp.x1", "not ours");
+  const auto o = run_mpx("train --no-progress --config c.yaml --run-dir othertmp", t.path);
+  CHECK(o.code == 2);
+  CHECK(o.err.find("(it holds '..mpx-run.tmp.x1')") != std::string::npos);
+  CHECK(std::filesystem::exists(t.path / "othertmp" / "..mpx-run.tmp.x1"));
+
   // An empty folder is used.
   std::filesystem::create_directories(t.path / "empty");
   const auto e = run_mpx("train --no-progress --config c.yaml --run-dir empty", t.path);

@@ -81,6 +81,10 @@ bool is_mpx_file_name(const std::string& name) {
   return is_atomic_temp_name(name);
 }
 
+bool is_marker_temp_name(const std::string& name) {
+  return is_atomic_temp_name(name) && name.rfind("." + std::string(kRunDirMarker) + ".tmp.", 0) == 0;
+}
+
 bool is_mpx_folder_name(const std::string& name) { return name == "checkpoints" || name == "tensorboard"; }
 
 bool is_empty_folder(const fs::path& p) {
@@ -123,8 +127,10 @@ RunDirInfo inspect_run_dir(const std::string& dir) {
     return info;
   }
   const std::vector<std::string> names = entry_names(p);
+  // What a run killed while it made the folder leaves: its lock, an empty checkpoints folder,
+  // the marker's temporary file (the marker is the first file written, atomically).
   const bool leftover_only = std::all_of(names.begin(), names.end(), [&](const std::string& n) {
-    return n == ".lock" || (n == "checkpoints" && is_empty_folder(p / n));
+    return n == ".lock" || (n == "checkpoints" && is_empty_folder(p / n)) || is_marker_temp_name(n);
   });
   if (leftover_only) {
     info.kind = RunDirKind::Empty;
@@ -201,6 +207,12 @@ std::unique_ptr<RunDirLock> open_run_dir(const std::string& dir, RunDirUse use) 
                                   dir, before.foreign_entry));
   create_run_dir(dir);  // exit 6 naming the path when it cannot be made (e.g. a file of that name)
   auto lock = std::make_unique<RunDirLock>(dir);
+  if (before.kind == RunDirKind::Empty)  // a killed run's marker temp: its writer held this lock
+    for (const std::string& n : entry_names(dir))
+      if (is_marker_temp_name(n)) {
+        std::error_code ec;
+        fs::remove(fs::path(dir) / n, ec);
+      }
   if (before.kind == RunDirKind::MpxRun) {
     if (use == RunDirUse::New) {
       const std::string& s = before.status;
