@@ -4,7 +4,7 @@
 // float32 and bfloat16, then the rest of the smoke step (max pool, dense 5408->10,
 // ReLU backward).
 //   cpu_ops_bench [--cpu-time]
-//   cpu_ops_bench [--seed] [--more] [--reps N]
+//   cpu_ops_bench [--seed] [--more] [--only TEXT] [--reps N]
 //   cpu_ops_bench --activations [--reps N]
 //   cpu_ops_bench --fast-cifar [--batch N] [--reps N]
 // --cpu-time reports process CPU time instead of wall time (on a shared, loaded
@@ -16,7 +16,8 @@
 // median wall and process CPU time per call and the kernel that ran (the backend's
 // kernels list). Run it under MPX_CPU_16BIT=widen and =native to compare the two 16-bit
 // paths op by op (docs/precision.md, "16-bit arithmetic on the CPU"). --more does the same
-// for more first layers (1-4 input channels) and for strided and 1x1 convolutions.
+// for more first layers (1-4 input channels) and for strided and 1x1 convolutions. --only TEXT
+// times only the layers of --seed and --more whose name holds TEXT (e.g. "mnist dense").
 // --activations times the activation loops (forward, backward) at the fast CIFAR recipe's
 // largest activation, [1024, 15, 15, 64], in float32 and bfloat16, in the build that the CPU
 // runs and in the baseline one (MPX_CPU_BASELINE=1), with their ratio (docs/cpu-performance.md,
@@ -101,9 +102,14 @@ void report(bench::CpuDev& d, const char* layer, DType t, const char* pass, cons
   std::printf("%s\n", kernel_of(d, op, shape).c_str());
 }
 
+/// --only: the layers of --seed and --more timed (those whose name holds it; empty: all).
+std::string g_only;
+bool skipped(const char* layer) { return !g_only.empty() && std::string(layer).find(g_only) == std::string::npos; }
+
 /// The three passes of one convolution; `flop` > 0: their GFLOP/s too (the direct convolution's).
 void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
                const Conv2dParams& p, bool need_dx, int reps, Activation act = Activation::Relu, double flop = 0) {
+  if (skipped(layer)) return;
   bench::CpuDev d;  // a backend of its own: its kernels list holds this layer only
   Rng rng(5);
   const int64_t P = p.out_h(static_cast<int>(H)), Q = p.out_w(static_cast<int>(W));
@@ -124,6 +130,7 @@ void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int6
 /// tx: x's and dx's dtype (a float32 layer may read a 16-bit input as it is).
 void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, Activation act, int reps,
                 DType tx) {
+  if (skipped(layer)) return;
   bench::CpuDev d;
   Rng rng(7);
   Tensor x = d.rand(rng, tx, Shape{N, Ci}), w = d.rand(rng, t, Shape{Co, Ci}), b = d.rand(rng, t, Shape{Co});
@@ -143,6 +150,14 @@ void seed_dense(const char* layer, DType t, int64_t N, int64_t Ci, int64_t Co, A
          median_wall_cpu([&] { d.be->dense_relu_backward_data(dy, w, x, dx); }, reps));
   report(d, layer, t, "bwd-weights", "inner product backward weights", shape,
          median_wall_cpu([&] { d.be->dense_backward_weights(x, dy, dw, db); }, reps));
+  // Both backward passes of a dense layer after a relu, as a model runs them: one after the
+  // other, and in one op (one walk over x where the chooser fuses them).
+  report(d, layer, t, "bwd-weights, bwd-data+relu", "inner product backward weights", shape, median_wall_cpu([&] {
+           d.be->dense_backward_weights(x, dy, dw, db);
+           d.be->dense_relu_backward_data(dy, w, x, dx);
+         }, reps));
+  report(d, layer, t, "bwd-both+relu", "inner product backward weights", shape,
+         median_wall_cpu([&] { d.be->dense_backward(x, dy, w, dw, db, dx, true); }, reps));
 }
 
 /// The passes of the seed nets, each at its batch of 256 (the weights' gradients in the
@@ -267,13 +282,15 @@ int main(int argc, char** argv) {
       acts = true;
     } else if (std::strcmp(argv[i], "--fast-cifar") == 0) {
       fast = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      g_only = argv[++i];
     } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
       batch = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--cpu-time] | [--seed] [--more] [--reps N] | --activations [--reps N] | "
+                   "usage: %s [--cpu-time] | [--seed] [--more] [--only TEXT] [--reps N] | --activations [--reps N] | "
                    "--fast-cifar [--batch N] [--reps N]\n",
                    argv[0]);
       return 2;

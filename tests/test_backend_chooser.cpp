@@ -254,3 +254,60 @@ TEST_CASE("the dense chooser's answer, asked without running the op, is the kern
     }
   }
 }
+
+TEST_CASE("the dense backward chooser's answer is what Backend::dense_backward runs and records",
+          "[backend][cpu][chooser]") {
+  // Both backward passes in one walk over x (choose_dense_backward) exactly where the rule says:
+  // a float32 x of at least 8,192 columns whose backward-data pass alone runs mpx's few-output
+  // loops, at most kDenseFewFuseMaxOut outputs, the AVX-512 build, MPX_DENSE_FEW unset or auto;
+  // else each pass runs (and records) its own kernel.
+  const DType t = GENERATE(DType::F32, DType::BF16);
+  const int64_t N = 256;
+  const DenseLayer layers[] = {{"cifar dense 128->256", 128, 256}, {"cifar dense 256->10", 256, 10},
+                               {"mnist dense 21632->10", 21632, 10}, {"dense 300->12", 300, 12}};
+  for (const DenseLayer& l : layers) {
+    DYNAMIC_SECTION(l.name << " " << dtype_name(t)) {
+      cpu::DenseQuery q;
+      q.N = N, q.Ci = l.Ci, q.Co = l.Co, q.in = t, q.big = t;
+      const cpu::DenseChoice c = cpu::choose_dense_backward(q);
+      INFO("chosen: " << c.name << " (" << c.why << ")");
+      CHECK_FALSE(c.why.empty());
+      cpu::DenseQuery qd = q;
+      qd.pass = DensePass::BackwardData;
+      const DenseKernel kd = cpu::choose_dense(qd).kernel;
+      const bool want = l.Co <= cpu::kDenseFewFuseMaxOut && kd == DenseKernel::FewOutputs && t == DType::F32 &&
+                        l.Ci >= 8192 && std::string(cpu::dense_few_isa()) == "avx512" &&
+                        (env("MPX_DENSE_FEW").empty() || env("MPX_DENSE_FEW") == "auto");
+
+      CHECK((c.kernel == DenseKernel::FewOutputs) == want);
+      if (env("MPX_DENSE_FEW") == "onednn" || env("MPX_DENSE_FEW") == "split" || env("MPX_CPU_REFERENCE") == "1")
+        CHECK(c.kernel != DenseKernel::FewOutputs);
+
+      Dev d;
+      Rng rng(6);
+      Tensor x = d.rand(rng, t, Shape{N, l.Ci}, nullptr), w = d.rand(rng, t, Shape{l.Co, l.Ci}, nullptr);
+      Tensor dy = d.rand(rng, t, Shape{N, l.Co}, nullptr), dx = d.make(t, Shape{N, l.Ci});
+      Tensor dw = d.make(t, Shape{l.Co, l.Ci}), db = d.make(t, Shape{l.Co});
+      d.be->dense_backward(x, dy, w, dw, db, dx, true);
+      const std::string op = "inner product backward weights and data for x [" + std::to_string(N) + ", " +
+                             std::to_string(l.Ci) + "], w [" + std::to_string(l.Co) + ", " + std::to_string(l.Ci) +
+                             "]";
+      const KernelChoice* both = nullptr;
+      bool weights_alone = false;
+      const std::vector<KernelChoice> ks = d.be->kernels();
+      for (const KernelChoice& k : ks) {
+        if (k.op == op) both = &k;
+        if (k.op.rfind("inner product backward weights for", 0) == 0 ||
+            k.op.rfind("inner product backward weights " + std::string(dtype_name(t)) + " for", 0) == 0)
+          weights_alone = true;
+      }
+      if (c.kernel == DenseKernel::FewOutputs) {
+        REQUIRE(both != nullptr);
+        CHECK(both->impl == c.name);
+        CHECK_FALSE(weights_alone);
+      } else {
+        CHECK(both == nullptr);
+      }
+    }
+  }
+}

@@ -8,6 +8,7 @@
 // kernel it names, only for 16-bit operands.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -146,6 +147,79 @@ TEST_CASE("few-output dense loops: within their float32 summation bounds of the 
         support::check_exact("dx of the last row alone", backward_data(one, dy1, w, t, 2),
                              std::vector<float>(dx.end() - s.Ci, dx.end()));
       }
+}
+
+TEST_CASE("both backward passes in one walk: the bits of the two passes, within their bounds of float64",
+          "[backend][cpu][dense][fuse]") {
+  // dense_few_backward (docs/cpu-performance.md, "Both backward passes in one walk") against
+  // dense_few_backward_weights then dense_few_backward_data (relu_out x when relu) bit for bit,
+  // in every dtype and build: 1 to 10 outputs, batches across the chunks of rows the walk takes
+  // (16) and inputs that leave vector tails, 1 to 3 threads; x a relu's output (zeros of both
+  // signs, negatives, NaN) when relu, and then without the odd values against float64.
+  const Shape3 shapes[] = {{37, 37, 10}, {5, 300, 1}, {20, 130, 7}, {1, 8, 3}, {17, 70, 10}, {33, 64, 4}};
+  for (const Shape3& s : shapes)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      for (bool relu : {false, true})
+        DYNAMIC_SECTION("N " << s.N << ", " << s.Ci << " -> " << s.Co << ", " << dtype_name(t)
+                             << (relu ? ", relu" : "")) {
+          Rng rng(static_cast<uint64_t>(s.N * 17 + s.Ci * 3 + s.Co + (relu ? 1000 : 0)));
+          std::vector<float> x = support::uniform_values(rng, s.N * s.Ci, t);
+          if (relu)
+            for (size_t i = 0; i < x.size(); ++i) {
+              if (x[i] < 0) x[i] = (i % 3 == 0) ? -0.0f : 0.0f;
+              if (i % 97 == 5) x[i] = -0.25f;
+              if (i % 89 == 7) x[i] = std::numeric_limits<float>::quiet_NaN();
+            }
+          const std::vector<float> w = support::uniform_values(rng, s.Co * s.Ci);
+          const std::vector<float> dy = support::uniform_values(rng, s.N * s.Co);
+          const std::vector<uint16_t> x16 = t == DType::F32 ? std::vector<uint16_t>() : support::to16(x, t);
+          const void* xp = data_of(x, x16, t);
+          const size_t nx = static_cast<size_t>(s.N * s.Ci);
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          auto widen_dx = [&](const std::vector<float>& f, const std::vector<uint16_t>& h) {
+            if (t == DType::F32) return f;
+            std::vector<float> r(nx);
+            convert(h.data(), t, r.data(), DType::F32, nx);
+            return r;
+          };
+          for (int threads : {1, 2, 3}) {
+            INFO(threads << " threads");
+            const support::OmpThreads th(threads);
+            std::vector<float> dw(static_cast<size_t>(s.Co * s.Ci), nan), db(static_cast<size_t>(s.Co), nan);
+            std::vector<float> dx(t == DType::F32 ? nx : 0, nan);
+            std::vector<uint16_t> dx16(t == DType::F32 ? 0 : nx, 0xFFFF);
+            void* dxp = t == DType::F32 ? static_cast<void*>(dx.data()) : static_cast<void*>(dx16.data());
+            cpu::dense_few_backward(s.N, s.Ci, s.Co, xp, t, dy.data(), w.data(), dw.data(), db.data(), dxp, relu);
+            std::vector<float> dw2(dw.size(), nan), db2(db.size(), nan), dx2(dx.size(), nan);
+            std::vector<uint16_t> dx216(dx16.size(), 0xFFFF);
+            void* dx2p = t == DType::F32 ? static_cast<void*>(dx2.data()) : static_cast<void*>(dx216.data());
+            cpu::dense_few_backward_weights(s.N, s.Ci, s.Co, xp, t, dy.data(), dw2.data(), db2.data());
+            cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx2p, t, relu ? xp : nullptr);
+            support::check_exact("dw against the weight gradient's loops", dw, dw2);
+            support::check_exact("db against the weight gradient's loops", db, db2);
+            const std::vector<float> got_dx = widen_dx(dx, dx16);
+            support::check_exact("dx against the backward-data loops", got_dx, widen_dx(dx2, dx216));
+            if (!relu) {  // against float64 (no NaN to carry): the two passes' bounds
+              const double u16 = t == DType::BF16 ? std::ldexp(1.0, -8) : t == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
+              const double tiny16 = t == DType::F16 ? std::ldexp(1.0, -25) : 1e-30;
+              Vec rdb, mdb;
+              const Vec rdw = ref::dense_backward_weights(s.N, s.Ci, s.Co, support::widen(x), support::widen(dy), &rdb);
+              const Vec mdw = ref::dense_backward_weights(s.N, s.Ci, s.Co, absv(x), absv(dy), &mdb);
+              check_within("dw", dw, rdw, mdw, gamma(s.N), 0.0, 1e-30);
+              check_within("db", db, rdb, mdb, gamma(s.N), 0.0, 1e-30);
+              check_within("dx", got_dx, ref::dense_backward_data(s.N, s.Ci, s.Co, support::widen(dy), support::widen(w)),
+                           ref::dense_backward_data(s.N, s.Ci, s.Co, absv(dy), absv(w)), gamma(s.Co), u16, tiny16);
+            } else {  // dx is 0 wherever x is not > 0 (NaN included), and x's NaN reaches dw
+              for (size_t i = 0; i < nx; ++i)
+                if (!(x[i] > 0.0f) && got_dx[i] != 0.0f) FAIL("dx[" << i << "] = " << got_dx[i] << " where x = " << x[i]);
+              for (size_t i = 0; i < nx; ++i)
+                if (std::isnan(x[i])) {
+                  const size_t col = i % static_cast<size_t>(s.Ci);
+                  for (int64_t o = 0; o < s.Co; ++o) CHECK(std::isnan(dw[static_cast<size_t>(o * s.Ci) + col]));
+                }
+            }
+          }
+        }
 }
 
 /// The backend's three passes of a relu dense layer on random x, w, dy of dtype t (b, dw
@@ -343,6 +417,91 @@ TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then r
       if (Co <= cpu::kDenseFewMaxOut && !off && !native && (cs.t != DType::F32 || cs.tx != DType::F32 || Ci >= 8192))
         CHECK(impl.rfind("mpx:few-outputs", 0) == 0);
     }
+}
+
+TEST_CASE("dense_backward: the results of the weight gradient and the backward-data pass, on each kernel",
+          "[backend][cpu][dense][fuse]") {
+  // Backend::dense_backward against dense_backward_weights then dense_relu_backward_data (or
+  // dense_backward_data) on the same tensors: where nothing was fused, bit for bit; where a
+  // float32 layer's long input takes one walk (oneDNN's weight gradient alone), dw within
+  // float32's bound of float64 and dx bit for bit. The walk is named in the kernels list
+  // exactly where the rule says it runs.
+  struct Case {
+    DType t, tx;  // the layer's dtype and x's (dx's)
+    int64_t Ci, Co;
+  };
+  const Case cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 10},
+                        {DType::F32, DType::F32, 300, 32},  {DType::BF16, DType::BF16, 300, 10},
+                        {DType::F16, DType::F16, 300, 7},   {DType::BF16, DType::BF16, 300, 12},
+                        {DType::F32, DType::BF16, 8200, 10}, {DType::F32, DType::F16, 300, 10},
+                        {DType::F32, DType::BF16, 300, 32}};
+  for (const Case& cs : cases)
+    for (bool relu : {true, false})
+      DYNAMIC_SECTION(dtype_name(cs.t) << " layer, " << dtype_name(cs.tx) << " x, " << cs.Ci << " -> " << cs.Co
+                                       << (relu ? ", relu" : "")) {
+        support::CpuDev d;
+        Rng rng(static_cast<uint64_t>(53 + cs.Ci + cs.Co));
+        const int64_t N = 19, Ci = cs.Ci, Co = cs.Co;
+        std::vector<float> xv, wv, dyv;
+        Tensor x = d.rand(rng, cs.tx, Shape{N, Ci}, &xv);
+        if (relu) {
+          for (float& v : xv) v = std::max(v, 0.0f);
+          d.put(x, xv);
+        }
+        Tensor w = d.rand(rng, cs.t, Shape{Co, Ci}, &wv), dy = d.rand(rng, cs.t, Shape{N, Co}, &dyv);
+        Tensor dw = d.make(cs.t, Shape{Co, Ci}), db = d.make(cs.t, Shape{Co}), dx = d.make(cs.tx, Shape{N, Ci});
+        Tensor dw2 = d.make(cs.t, Shape{Co, Ci}), db2 = d.make(cs.t, Shape{Co}), dx2 = d.make(cs.tx, Shape{N, Ci});
+        d.be->dense_backward(x, dy, w, dw, db, dx, relu);
+        d.be->dense_backward_weights(x, dy, dw2, db2);
+        if (relu)
+          d.be->dense_relu_backward_data(dy, w, x, dx2);
+        else
+          d.be->dense_backward_data(dy, w, dx2);
+        std::string fused, wgrad;
+        for (const KernelChoice& k : d.be->kernels()) {
+          if (k.op.rfind("inner product backward weights and data for", 0) == 0) fused = k.impl;
+          if (k.op.rfind("inner product backward weights for", 0) == 0 ||
+              k.op.rfind("inner product backward weights " + std::string(dtype_name(cs.t)) + " for", 0) == 0)
+            wgrad = k.impl;
+        }
+        INFO("fused: '" << fused << "'; weight gradient alone: '" << wgrad << "'");
+        const char* mode = std::getenv("MPX_DENSE_FEW");
+        const bool off = (mode && std::string(mode) != "auto") || std::getenv("MPX_CPU_REFERENCE");
+        // The rule (choose_dense_backward): a float32 x of 8,192+ columns, the AVX-512 build.
+        const bool avx512 = std::string(cpu::dense_few_isa()) == "avx512";
+        if (Co <= cpu::kDenseFewFuseMaxOut && !off && cs.tx == DType::F32 && Ci >= 8192 && avx512)
+          CHECK(fused.rfind("mpx:few-outputs", 0) == 0);
+        else
+          CHECK(fused.empty());
+        support::check_exact("dx against the two ops", d.get(dx), d.get(dx2));
+        Vec rdb;
+        const Vec rdw = ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb);
+        support::check_close("dw against float64", d.get(dw), rdw, cs.t);
+        support::check_close("db against float64", d.get(db), rdb, cs.t);
+        Vec rdx = ref::dense_backward_data(N, Ci, Co, support::widen(dyv), support::widen(wv));
+        if (relu)
+          for (size_t i = 0; i < rdx.size(); ++i)
+            if (!(xv[i] > 0.0f)) rdx[i] = 0.0;
+        support::check_close("dx against float64", d.get(dx), rdx, cs.tx);
+        if (fused.empty() || wgrad.rfind("mpx:few-outputs", 0) == 0) {
+          support::check_exact("dw against the two ops", d.get(dw), d.get(dw2));
+          support::check_exact("db against the two ops", d.get(db), d.get(db2));
+        }
+      }
+}
+
+TEST_CASE("dense_backward: an x of another shape or dtype than dx, or a dw of another shape, is refused",
+          "[backend][cpu][dense]") {
+  support::CpuDev d;
+  Rng rng(47);
+  Tensor dy = d.rand(rng, DType::F32, Shape{2, 3}, nullptr), w = d.rand(rng, DType::F32, Shape{3, 8}, nullptr);
+  Tensor x = d.rand(rng, DType::F32, Shape{2, 8}, nullptr), dx = d.make(DType::F32, Shape{2, 8});
+  Tensor dw = d.make(DType::F32, Shape{3, 8}), db = d.make(DType::F32, Shape{3});
+  Tensor x16 = d.rand(rng, DType::BF16, Shape{2, 8}, nullptr), dw_short = d.make(DType::F32, Shape{3, 7});
+  REQUIRE_THROWS_WITH(d.be->dense_backward(x16, dy, w, dw, db, dx, true),
+                      Catch::Contains("dense_backward: x bfloat16[2, 8] and dx float32[2, 8]"));
+  REQUIRE_THROWS_WITH(d.be->dense_backward(x, dy, w, dw_short, db, dx, false), Catch::Contains("dense_backward"));
+  d.be->dense_backward(x, dy, w, dw, db, dx, false);  // the shapes the checks accept
 }
 
 TEST_CASE("dense_relu_backward_data: an x of another shape or dtype than dx is refused", "[backend][cpu][dense]") {

@@ -144,6 +144,12 @@ class Backend {
   /// same bits as dense_backward_data followed by activation_backward(relu, x, dx, dx)
   /// (docs/cpu-performance.md, "Relu before a dense layer").
   void dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
+  /// Both backward passes of a dense layer in one call: dense_backward_weights(x, dy, dw, db),
+  /// then dense_relu_backward_data(dy, w, x, dx) when `relu_input` (x a relu's output) or
+  /// dense_backward_data(dy, w, dx); the same results as those calls. A backend may do both
+  /// in one walk over x (docs/cpu-performance.md, "Both backward passes in one walk").
+  void dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
+                      const Tensor& dx, bool relu_input);
   /// global_avg_pool_backward and, in the same call, the backward of the relu whose output
   /// is x, the pooling's input (dx's shape and dtype): dx = dy / (H W) where x > 0, else 0;
   /// the same bits as global_avg_pool_backward followed by activation_backward(relu, x, dx,
@@ -256,6 +262,14 @@ class Backend {
   /// backend fuses.
   virtual void dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, const Tensor& x,
                                              const Tensor& dx);
+
+ protected:
+  /// The base calls the two passes' impls; the CPU backend walks x once where it can, and
+  /// calls this where it cannot.
+  virtual void dense_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                                   const Tensor& db, const Tensor& dx, bool relu_input);
+
+ private:
   /// The same for global average pooling.
   virtual void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx);
   /// max_pool_keeps_argmax and the ops that take an argmax: the base keeps none.

@@ -136,6 +136,38 @@ void Backend::dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, c
   activation_backward_impl(Activation::Relu, x, dx, dx);
 }
 
+void Backend::dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
+                             const Tensor& dx, bool relu_input) {
+  const char* op = "dense_backward";
+  require_float(op, "x", x);
+  require_float(op, "dy", dy);
+  require_data(op, "w", w);
+  require_data(op, "dw", dw);
+  require_float(op, "dx", dx);
+  require_same_dtype(op, "dy", dy, "w", w);
+  require_layer_input(op, "x", x, "dy", dy.dtype);
+  require_grad_dtype(op, "dw", dw, dy.dtype);
+  check_dense_shapes(op, x, "x", dw, dy, "dy");
+  check_dense_shapes(op, dx, "dx", w, dy, "dy");
+  if (!db.empty()) {
+    require_vector(op, "db", db, dw.shape[0]);
+    require_grad_dtype(op, "db", db, dy.dtype);
+  }
+  require_same_dtype(op, "x", x, "dx", dx);
+  require_same_shape(op, "x", x, "dx", dx);
+  dense_backward_impl(x, dy, w, dw, db, dx, relu_input);
+}
+
+void Backend::dense_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                                  const Tensor& db, const Tensor& dx, bool relu_input) {
+  dense_backward_weights_impl(x, dy, dw, db);
+  if (dx.numel() == 0) return;
+  if (relu_input)
+    dense_relu_backward_data_impl(dy, w, x, dx);
+  else
+    dense_backward_data_impl(dy, w, dx);
+}
+
 void Backend::global_avg_pool_relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const char* op = "global_avg_pool_relu_backward";
   require_float(op, "dy", dy);

@@ -61,6 +61,11 @@ class Dense : public KernelLayer {
     else
       c.be->dense_backward_data(g, w, dx);
   }
+  // Both passes in one op: the backend may walk x once for both (Backend::dense_backward).
+  void run_backward(Context& c, const Tensor& x, const Tensor& g, const Tensor& w, const Tensor& dw, const Tensor& db,
+                    const Tensor& dx) override {
+    c.be->dense_backward(x, g, w, dw, db, dx, relu_input_);
+  }
 
   bool relu_input_ = false;  // x is a relu's output whose gradient this layer computes too
 };

@@ -31,11 +31,20 @@ Tensor KernelLayer::forward(Context& c, const Tensor& x) {
 Tensor KernelLayer::backward(Context& c, const Tensor& dy, bool need_dx) {
   const int64_t n = dy.shape[0];
   const Tensor g = act_.backward(c, y_.at(n), dy);
-  weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) { run_backward_weights(c, x_, g, dw, db); });
-  if (!need_dx) return Tensor();
-  const Tensor dx = dx_.at(n);
-  run_backward_data(c, g, c.weight(kernel_, dtype_), dx);
+  if (!need_dx) {
+    weight_grads(c, kernel_, bias_,
+                 [&](const Tensor& dw, const Tensor& db) { run_backward_weights(c, x_, g, dw, db); });
+    return Tensor();
+  }
+  const Tensor dx = dx_.at(n), w = c.weight(kernel_, dtype_);
+  weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) { run_backward(c, x_, g, w, dw, db, dx); });
   return dx;
+}
+
+void KernelLayer::run_backward(Context& c, const Tensor& x, const Tensor& g, const Tensor& w, const Tensor& dw,
+                               const Tensor& db, const Tensor& dx) {
+  run_backward_weights(c, x, g, dw, db);
+  run_backward_data(c, g, w, dx);
 }
 
 Conv2dParams conv_window(const LayerConfig& cfg, Shape in, const char* count_key, int64_t count) {

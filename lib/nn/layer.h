@@ -236,6 +236,9 @@ class KernelLayer : public Layer {
                                     const Tensor& db) = 0;
   /// dx from g and w.
   virtual void run_backward_data(Context& c, const Tensor& g, const Tensor& w, const Tensor& dx) = 0;
+  /// Both: run_backward_weights, then run_backward_data (a subclass may do them in one op).
+  virtual void run_backward(Context& c, const Tensor& x, const Tensor& g, const Tensor& w, const Tensor& dw,
+                            const Tensor& db, const Tensor& dx);
 
   FusedActivation act_;
   int kernel_ = -1, bias_ = -1;

@@ -41,6 +41,10 @@ void bn_backward_rows(Context& ctx, const Tensor& x, const Tensor& dy, const Ten
 /// dense_backward_data and the backward of the relu whose output is x
 /// (Backend::dense_relu_backward_data): in the few-output loops' registers, else a pass after.
 void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx);
+/// Backend::dense_backward in one walk over x on the few-output loops, where the chooser
+/// (choose_dense_backward) says so; false: nothing done, run the two passes.
+bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                    const Tensor& db, const Tensor& dx, bool relu);
 
 // pool.cpp
 /// Global average pooling's float32 forward on oneDNN (x's shape [N, H, W, C]), for

@@ -46,15 +46,23 @@ bool conv_fwd_small_enabled() {
   return on;
 }
 
-bool dense_few_enabled() {
-  static const bool on = [] {
+namespace {
+enum class DenseFew { Auto, Split, OneDnn };
+DenseFew dense_few_mode() {
+  static const DenseFew m = [] {
     const std::string v = env_string("MPX_DENSE_FEW");
-    if (v.empty() || v == "auto") return true;
-    if (v == "onednn") return false;
-    throw ConfigError("environment variable MPX_DENSE_FEW='" + v + "': expected auto or onednn (or unset it)");
+    if (v.empty() || v == "auto") return DenseFew::Auto;
+    if (v == "split") return DenseFew::Split;
+    if (v == "onednn") return DenseFew::OneDnn;
+    throw ConfigError("environment variable MPX_DENSE_FEW='" + v +
+                      "': expected auto, split or onednn (or unset it)");
   }();
-  return on;
+  return m;
 }
+}  // namespace
+
+bool dense_few_enabled() { return dense_few_mode() != DenseFew::OneDnn; }
+bool dense_few_fused() { return dense_few_mode() == DenseFew::Auto; }
 
 std::optional<WinogradMode> winograd_forced() {
   static const std::optional<WinogradMode> env = []() -> std::optional<WinogradMode> {

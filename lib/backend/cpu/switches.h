@@ -31,9 +31,12 @@ WgradMode wgrad_mode();
 /// forward kernel; onednn (false): they never do.
 bool conv_fwd_small_enabled();
 
-/// MPX_DENSE_FEW: unset or auto (true): 16-bit dense layers with few outputs may take mpx's
+/// MPX_DENSE_FEW: unset, auto or split (true): dense layers with few outputs may take mpx's
 /// loops; onednn (false): they never do.
 bool dense_few_enabled();
+/// MPX_DENSE_FEW: unset or auto (true): their two backward passes may run in one walk over x;
+/// split or onednn (false): each pass walks it alone.
+bool dense_few_fused();
 
 /// MPX_CONV_WINOGRAD: off, auto, on (or f4) or f2; nullopt when unset (the config's
 /// cpu.winograd decides).

@@ -31,7 +31,13 @@ namespace {
 
 // ---- oneDNN inner product (dense_rows.h: why in chunks of kRows rows) -------------------
 
-enum DenseOp : int64_t { kDenseFwd = 201, kDenseBwdData = 202, kDenseBwdWeights = 203, kDenseChoice = 205 };
+enum DenseOp : int64_t {
+  kDenseFwd = 201,
+  kDenseBwdData = 202,
+  kDenseBwdWeights = 203,
+  kDenseChoice = 205,
+  kDenseBwdBoth = 206,  // both backward passes in one walk (choose_dense_backward)
+};
 
 std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
   return std::string(op) + " for x [" + std::to_string(N) + ", " + std::to_string(Ci) + "], w [" +
@@ -106,10 +112,11 @@ const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
   return ctx.plan<ChoicePlan>(k, [&] {
            // Owned until returned: the chooser throws on a bad switch value (exit 2).
            auto c = std::make_unique<ChoicePlan>();
-           c->choice = choose_dense(q);
+           c->choice = op == kDenseBwdBoth ? choose_dense_backward(q) : choose_dense(q);
            if (c->choice.kernel == DenseKernel::FewOutputs) {
              const char* name = op == kDenseFwd       ? "inner product forward"
                                 : op == kDenseBwdData ? "inner product backward data"
+                                : op == kDenseBwdBoth ? "inner product backward weights and data"
                                                       : "inner product backward weights";
              ctx.note_kernel(dense_what(name, q.N, q.Ci, q.Co), c->choice.name);
            }
@@ -228,6 +235,22 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);
+}
+
+bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                    const Tensor& db, const Tensor& dx, bool relu) {
+  const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+  if (N == 0 || Ci == 0) return false;
+  const DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);
+  if (choice(ctx, kDenseBwdBoth, q).kernel != DenseKernel::FewOutputs) return false;
+  const float* dyf = f32_in(ctx, kSlotDY, dy);
+  const float* wf = f32_in(ctx, kSlotW, w);
+  float* dwf = f32_out(ctx, kSlotDW, dw);
+  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+  dense_few_backward(N, Ci, Co, x.data, x.dtype, dyf, wf, dwf, dbf, dx.data, relu);
+  f32_commit(dwf, dw);
+  if (dbf) f32_commit(dbf, db);
+  return true;
 }
 
 }  // namespace mpx::cpu

@@ -26,11 +26,21 @@ bool native16_wins(const DenseQuery& q) {
 
 /// A float32 layer with few outputs and a long input (the seed MNIST net's 21632 -> 10):
 /// mpx's loops read x (forward) and write dx (backward-data) once, where oneDNN's float32 inner
-/// product took about twice as long; oneDNN's weight gradient stays the faster one there
-/// (docs/cpu-performance.md, "Dense layers with few outputs").
+/// product took about twice as long; alone, oneDNN's weight gradient stays the faster one there
+/// (docs/cpu-performance.md, "Dense layers with few outputs"), but with AVX-512 it joins the
+/// backward-data pass's walk (fused_backward_wins).
 constexpr int64_t kFewF32MinIn = 8192;
 bool few_f32_wins(const DenseQuery& q) {
   return q.big == DType::F32 && q.Ci >= kFewF32MinIn && q.pass != DensePass::BackwardWeights;
+}
+
+/// Both backward passes in one walk over x (dense_few_backward): a float32 x with AVX-512,
+/// where the backward-data pass runs mpx's loops (few_f32_wins: at least kFewF32MinIn columns).
+/// Measured (docs/cpu-performance.md, "Both backward passes in one walk"): the seed MNIST net's
+/// float32 step 1.3x faster; a 16-bit x (half the bytes) tied or lost against the two passes,
+/// and so did every dtype under the AVX2 cap.
+bool fused_backward_wins(const DenseQuery& q) {
+  return q.big == DType::F32 && q.Ci >= kFewF32MinIn && std::string(dense_few_isa()) == "avx512";
 }
 
 DenseChoice pick(DenseKernel k, std::string name, std::string why) {
@@ -68,6 +78,20 @@ DenseChoice choose_dense(const DenseQuery& q) {
   return pick(DenseKernel::OneDnn, "oneDNN float32",
               why16.empty() ? "oneDNN's float32 inner product"
                             : why16 + "; oneDNN's float32 inner product, 16-bit operands widened into float32 copies");
+}
+
+DenseChoice choose_dense_backward(const DenseQuery& q) {
+  DenseQuery d = q;
+  d.pass = DensePass::BackwardData;
+  if (dense_few_fused() && q.Co <= kDenseFewFuseMaxOut && fused_backward_wins(q) &&
+      choose_dense(d).kernel == DenseKernel::FewOutputs)
+    return pick(DenseKernel::FewOutputs,
+                fmt::format("mpx:few-outputs {}, both passes in one walk, {} x in registers", dense_few_isa(),
+                            dtype_name(q.big)),
+                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512: mpx's loops "
+                            "read x once for the weight gradient and the backward-data pass",
+                            kDenseFewFuseMaxOut, kFewF32MinIn));
+  return pick(DenseKernel::OneDnn, "", "each pass its own kernel");
 }
 
 }  // namespace mpx::cpu

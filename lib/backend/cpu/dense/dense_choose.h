@@ -40,4 +40,9 @@ struct DenseChoice {
 
 DenseChoice choose_dense(const DenseQuery& q);
 
+/// Whether both backward passes (q.pass ignored; `in` dy's dtype, `big` x's and dx's) run in
+/// one walk over x (dense_few_backward): kernel FewOutputs with its name, or OneDnn (not
+/// fused: each pass asks choose_dense).
+DenseChoice choose_dense_backward(const DenseQuery& q);
+
 }  // namespace mpx::cpu

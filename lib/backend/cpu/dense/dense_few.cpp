@@ -31,12 +31,14 @@ struct Build {
   void (*forward)(const DenseFewArgs&, int64_t, int64_t);
   void (*backward_data)(const DenseFewArgs&, int64_t, int64_t);
   void (*backward_weights)(const DenseFewArgs&, int64_t, int64_t);
+  void (*backward)(const DenseFewArgs&, int64_t, int64_t);
 };
 
 const Build& build() {
-  static const Build b = by_isa(Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights},
-                                Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights},
-                                Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights});
+  static const Build b = by_isa(
+      Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights, dfew_base::backward},
+      Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights, dfew_avx2::backward},
+      Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights, dfew_avx512::backward});
   return b;
 }
 
@@ -68,16 +70,32 @@ void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy,
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_data(a, i0, i1); });  // whole column blocks
 }
 
+namespace {
+
+/// db [Co] = dy's column sums, each in row order.
+void bias_gradient(int64_t N, int64_t Co, const float* dy, float* db) {
+  for (int64_t o = 0; o < Co; ++o) {
+    float s = 0.0f;
+    for (int64_t n = 0; n < N; ++n) s += dy[n * Co + o];
+    db[o] = s;
+  }
+}
+
+}  // namespace
+
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
                                 float* dw, float* db) {
   DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr, nullptr};
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_weights(a, i0, i1); });  // whole column blocks
-  if (db)
-    for (int64_t o = 0; o < Co; ++o) {
-      float s = 0.0f;
-      for (int64_t n = 0; n < N; ++n) s += dy[n * Co + o];
-      db[o] = s;
-    }
+  if (db) bias_gradient(N, Co, dy, db);
+}
+
+void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy, const float* w,
+                        float* dw, float* db, void* dx, bool relu) {
+  MPX_CHECK(Co >= 1 && Co <= kDenseFewFuseMaxOut);
+  DenseFewArgs a{N, Ci, Co, x, xt, w, nullptr, dy, nullptr, dw, dx, relu ? x : nullptr};
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward(a, i0, i1); });  // whole column blocks
+  if (db) bias_gradient(N, Co, dy, db);
 }
 
 }  // namespace mpx::cpu

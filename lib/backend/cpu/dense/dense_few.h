@@ -32,25 +32,35 @@ void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy,
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
                                 float* dw, float* db);
 
+/// The most outputs dense_few_backward takes (its dx sums hold every output's product per row).
+constexpr int64_t kDenseFewFuseMaxOut = 10;
+
+/// dense_few_backward_weights and dense_few_backward_data in one walk over x [N, Ci] (dtype
+/// xt, which dx shares): dw, db (when not null) and dx, with relu's backward by x (x a relu's
+/// output) when `relu`; the same bits as the two calls (relu_out x). Co <= kDenseFewFuseMaxOut.
+void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy, const float* w,
+                        float* dw, float* db, void* dx, bool relu);
+
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* dense_few_isa();
 
 // The per-ISA builds (dense_few.inc): rows [n0, n1) of the forward pass, columns [i0, i1) of
-// the backward-data pass and the weight gradient.
+// the backward-data pass, the weight gradient and both backward passes.
 struct DenseFewArgs {
   int64_t N, Ci, Co;
-  const void* x;  // forward, weight gradient
+  const void* x;  // forward, weight gradient, both backward passes
   DType t;        // x's or dx's dtype
   const float *w, *b, *dy;
   float *y, *dw;
   void* dx;             // backward-data
-  const void* relu_out;  // backward-data: a relu's output (dx's dtype), or null
+  const void* relu_out;  // backward-data: a relu's output (dx's dtype), or null; both passes: x or null
 };
 #define MPX_DENSE_FEW_DECL(ns)                                                 \
   namespace ns {                                                               \
   void forward(const DenseFewArgs& a, int64_t n0, int64_t n1);                 \
   void backward_data(const DenseFewArgs& a, int64_t i0, int64_t i1);           \
   void backward_weights(const DenseFewArgs& a, int64_t i0, int64_t i1);        \
+  void backward(const DenseFewArgs& a, int64_t i0, int64_t i1);                \
   }
 MPX_DENSE_FEW_DECL(dfew_base)
 MPX_DENSE_FEW_DECL(dfew_avx2)
