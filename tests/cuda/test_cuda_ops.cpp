@@ -264,6 +264,45 @@ TEST_CASE("cuda: dense_relu_backward_data equals dense_backward_data then relu's
   }
 }
 
+TEST_CASE("cuda: dense_backward equals the weight gradient and the backward-data pass, and the CPU",
+          "[cuda][dense][fuse]") {
+  // The base implementation runs the two passes on the GPU: dw, db and dx the bits of those GPU
+  // ops; against the CPU within the dtype's tolerance, where a float32 x of 8,200 columns takes
+  // the CPU's one walk over x (docs/cpu-performance.md, "Both backward passes in one walk").
+  Rng rng(18);
+  struct D {
+    DType t, tx;  // the layer's dtype, x's and dx's
+    int64_t Ci;
+  };
+  for (const D& dd : {D{DType::F32, DType::F32, 8200}, D{DType::F32, DType::F32, 300}, D{DType::BF16, DType::BF16, 300},
+                      D{DType::F16, DType::F16, 300}, D{DType::F32, DType::BF16, 8200}})
+    for (bool relu : {true, false}) {
+      if (!be().gpu->supports(Op::Dense, dd.t)) continue;
+      const std::string what = "dense 16x" + std::to_string(dd.Ci) + "->10, layer " + dt_name(dd.t) + ", x " +
+                               dt_name(dd.tx) + (relu ? ", relu input" : "");
+      INFO(what);
+      const Shape sx{16, dd.Ci}, sw{10, dd.Ci};
+      Dual x = random_dual(rng, dd.tx, sx);  // with relu: about half of it not > 0, masked
+      Dual w = random_dual(rng, dd.t, sw, -0.3f, 0.3f);
+      Dual dy = random_dual(rng, dd.t, Shape{16, 10});
+      Dual dw = poisoned(dd.t, sw), db = poisoned(dd.t, Shape{10}), dx = poisoned(dd.tx, sx);
+      Dual dw2 = poisoned(dd.t, sw), db2 = poisoned(dd.t, Shape{10}), dx2 = poisoned(dd.tx, sx);
+      be().cpu->dense_backward(x.c, dy.c, w.c, dw.c, db.c, dx.c, relu);
+      be().gpu->dense_backward(x.g, dy.g, w.g, dw.g, db.g, dx.g, relu);
+      expect_close(dw, tolerance(dd.t), what + " dw");
+      expect_close(db, tolerance(dd.t), what + " db");
+      expect_close(dx, tolerance(dd.tx), what + " dx");
+      be().gpu->dense_backward_weights(x.g, dy.g, dw2.g, db2.g);
+      if (relu)
+        be().gpu->dense_relu_backward_data(dy.g, w.g, x.g, dx2.g);
+      else
+        be().gpu->dense_backward_data(dy.g, w.g, dx2.g);
+      CHECK(gpu_bytes(dw) == gpu_bytes(dw2));
+      CHECK(gpu_bytes(db) == gpu_bytes(db2));
+      CHECK(gpu_bytes(dx) == gpu_bytes(dx2));
+    }
+}
+
 TEST_CASE("cuda: global_avg_pool_relu_backward equals the two ops and the CPU, bit for bit", "[cuda][pool][fuse]") {
   Rng rng(17);
   for (DType t : float_dtypes()) {
