@@ -34,13 +34,15 @@ bool few_f32_wins(const DenseQuery& q) {
   return q.big == DType::F32 && q.Ci >= kFewF32MinIn && q.pass != DensePass::BackwardWeights;
 }
 
-/// Both backward passes in one walk over x (dense_few_backward): a float32 x with AVX-512,
-/// where the backward-data pass runs mpx's loops (few_f32_wins: at least kFewF32MinIn columns).
-/// Measured (docs/cpu-performance.md, "Both backward passes in one walk"): the seed MNIST net's
-/// float32 step 1.3x faster; a 16-bit x (half the bytes) tied or lost against the two passes,
-/// and so did every dtype under the AVX2 cap.
+/// Both backward passes in one walk over x (dense_few_backward): a float32 x with AVX-512 or
+/// AVX2, where the backward-data pass runs mpx's loops (few_f32_wins: at least kFewF32MinIn
+/// columns). Measured (docs/cpu-performance.md, "Both backward passes in one walk"): the seed
+/// MNIST net's float32 step 1.3x faster with AVX-512 and 1.1x under the AVX2 cap (its chunked
+/// form); a 16-bit x (half the bytes) tied or lost against the two passes. The baseline build
+/// is not measured, so it keeps the two passes.
 bool fused_backward_wins(const DenseQuery& q) {
-  return q.big == DType::F32 && q.Ci >= kFewF32MinIn && std::string(dense_few_isa()) == "avx512";
+  const std::string isa = dense_few_isa();
+  return q.big == DType::F32 && q.Ci >= kFewF32MinIn && (isa == "avx512" || isa == "avx2");
 }
 
 DenseChoice pick(DenseKernel k, std::string name, std::string why) {
@@ -88,7 +90,7 @@ DenseChoice choose_dense_backward(const DenseQuery& q) {
     return pick(DenseKernel::FewOutputs,
                 fmt::format("mpx:few-outputs {}, both passes in one walk, {} x in registers", dense_few_isa(),
                             dtype_name(q.big)),
-                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512: mpx's loops "
+                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512 or AVX2: mpx's loops "
                             "read x once for the weight gradient and the backward-data pass",
                             kDenseFewFuseMaxOut, kFewF32MinIn));
   return pick(DenseKernel::OneDnn, "", "each pass its own kernel");
