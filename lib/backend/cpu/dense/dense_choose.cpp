@@ -90,8 +90,8 @@ DenseChoice choose_dense_backward(const DenseQuery& q) {
     return pick(DenseKernel::FewOutputs,
                 fmt::format("mpx:few-outputs {}, both passes in one walk, {} x in registers", dense_few_isa(),
                             dtype_name(q.big)),
-                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512 or AVX2: mpx's loops "
-                            "read x once for the weight gradient and the backward-data pass",
+                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512 or AVX2: "
+                            "mpx's loops read x once for the weight gradient and the backward-data pass",
                             kDenseFewFuseMaxOut, kFewF32MinIn));
   return pick(DenseKernel::OneDnn, "", "each pass its own kernel");
 }
