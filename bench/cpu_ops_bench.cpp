@@ -13,7 +13,7 @@
 // --seed times each convolution and dense pass of the seed CIFAR net
 // (configs/cifar10_fp32.yaml) and of the seed MNIST net (Conv2D(32, 3x3, relu) ->
 // Flatten -> Dense(10), batch 256) in float32 and bfloat16, and prints for each the
-// median wall and process CPU time per call and the kernel that ran (the backend's
+// median wall time and the mean process CPU time per call and the kernel that ran (the backend's
 // kernels list). Run it under MPX_CPU_16BIT=widen and =native to compare the two 16-bit
 // paths op by op (docs/precision.md, "16-bit arithmetic on the CPU"). --more does the same
 // for more first layers (1-4 input channels) and for strided and 1x1 convolutions. --only TEXT
@@ -69,20 +69,24 @@ struct WallCpu {
   double wall, cpu;
 };
 
-/// Median wall and process CPU milliseconds of one call over `reps` calls, after one untimed call.
+/// Median wall milliseconds of one call and mean process CPU milliseconds per call over `reps`
+/// calls, after one untimed call. The CPU time is the whole loop's over `reps`: Linux brings the
+/// other threads' CPU time into the process clock only at a scheduler tick or a switch, so one
+/// call's difference can carry a tick of another call's (a median of those read more than the
+/// thread count times the wall time).
 template <typename F>
 WallCpu median_wall_cpu(F&& f, int reps) {
   f();
-  std::vector<double> w, c;
+  std::vector<double> w;
+  const double c0 = bench::now_ms(true);
   for (int i = 0; i < reps; ++i) {
-    const double w0 = bench::now_ms(false), c0 = bench::now_ms(true);
+    const double w0 = bench::now_ms(false);
     f();
-    c.push_back(bench::now_ms(true) - c0);
     w.push_back(bench::now_ms(false) - w0);
   }
+  const double cpu = (bench::now_ms(true) - c0) / reps;
   std::sort(w.begin(), w.end());
-  std::sort(c.begin(), c.end());
-  return {w[w.size() / 2], c[c.size() / 2]};
+  return {w[w.size() / 2], cpu};
 }
 
 /// The kernel the backend lists for the op whose description starts with `op` and holds
