@@ -359,6 +359,13 @@ TEST_CASE("a float32 dense layer takes its 16-bit input as it is and returns its
   }
 }
 
+/// A dense layer of the backend tests below: its dtype, x's (dx's, which a float32 layer may
+/// take as 16 bits), and its shape.
+struct DenseCase {
+  DType t, tx;
+  int64_t Ci, Co;
+};
+
 TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then relu's backward, on each kernel",
           "[backend][cpu][dense][fuse]") {
   // The relu's backward done with the product (docs/cpu-performance.md, "Relu before a dense
@@ -366,15 +373,11 @@ TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then r
   // and a NaN in one row of dy; mpx's few-output loops (a 16-bit layer, a float32 layer with
   // a long input, a float32 layer reading a 16-bit x as it is) and oneDNN's inner product
   // (32 outputs). Against the two ops bit for bit, and the float64 reference masked by x > 0.
-  struct Case {
-    DType t, tx;  // the layer's dtype and x's (dx's)
-    int64_t Ci, Co;
-  };
-  const Case cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 32},
+  const DenseCase cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 32},
                         {DType::BF16, DType::BF16, 300, 10}, {DType::F16, DType::F16, 300, 10},
                         {DType::BF16, DType::BF16, 300, 32}, {DType::F32, DType::BF16, 8200, 10},
                         {DType::F32, DType::F16, 300, 10},   {DType::F32, DType::BF16, 300, 32}};
-  for (const Case& cs : cases)
+  for (const DenseCase& cs : cases)
     DYNAMIC_SECTION(dtype_name(cs.t) << " layer, " << dtype_name(cs.tx) << " x, " << cs.Ci << " -> " << cs.Co) {
       support::CpuDev d;
       Rng rng(static_cast<uint64_t>(41 + cs.Ci + cs.Co));
@@ -429,16 +432,12 @@ TEST_CASE("dense_backward: the results of the weight gradient and the backward-d
   // float32 layer's long input takes one walk (oneDNN's weight gradient alone), dw within
   // float32's bound of float64 and dx bit for bit. The walk is named in the kernels list
   // exactly where the rule says it runs.
-  struct Case {
-    DType t, tx;  // the layer's dtype and x's (dx's)
-    int64_t Ci, Co;
-  };
-  const Case cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 10},
+  const DenseCase cases[] = {{DType::F32, DType::F32, 8200, 10}, {DType::F32, DType::F32, 300, 10},
                         {DType::F32, DType::F32, 300, 32},  {DType::BF16, DType::BF16, 300, 10},
                         {DType::F16, DType::F16, 300, 7},   {DType::BF16, DType::BF16, 300, 12},
                         {DType::F32, DType::BF16, 8200, 10}, {DType::F32, DType::F16, 300, 10},
                         {DType::F32, DType::BF16, 300, 32}};
-  for (const Case& cs : cases)
+  for (const DenseCase& cs : cases)
     for (bool relu : {true, false})
       DYNAMIC_SECTION(dtype_name(cs.t) << " layer, " << dtype_name(cs.tx) << " x, " << cs.Ci << " -> " << cs.Co
                                        << (relu ? ", relu" : "")) {

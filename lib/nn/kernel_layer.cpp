@@ -31,13 +31,13 @@ Tensor KernelLayer::forward(Context& c, const Tensor& x) {
 Tensor KernelLayer::backward(Context& c, const Tensor& dy, bool need_dx) {
   const int64_t n = dy.shape[0];
   const Tensor g = act_.backward(c, y_.at(n), dy);
-  if (!need_dx) {
-    weight_grads(c, kernel_, bias_,
-                 [&](const Tensor& dw, const Tensor& db) { run_backward_weights(c, x_, g, dw, db); });
-    return Tensor();
-  }
-  const Tensor dx = dx_.at(n), w = c.weight(kernel_, dtype_);
-  weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) { run_backward(c, x_, g, w, dw, db, dx); });
+  const Tensor dx = need_dx ? dx_.at(n) : Tensor();
+  weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
+    if (need_dx)
+      run_backward(c, x_, g, c.weight(kernel_, dtype_), dw, db, dx);
+    else
+      run_backward_weights(c, x_, g, dw, db);
+  });
   return dx;
 }
 
