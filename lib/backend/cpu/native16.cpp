@@ -46,6 +46,16 @@ namespace {
 
 bool has_bf16() { return isa_has(dnnl_cpu_isa_avx512_core_bf16); }
 
+}  // namespace
+
+bool cpu_bf16_dot() {
+  static const bool v =
+      kernel_isa() == KernelIsa::Avx512 && __builtin_cpu_supports("avx512bf16") && has_bf16();
+  return v;
+}
+
+namespace {
+
 bool has_amx_f16() {
 #if DNNL_VERSION_MAJOR >= 3
   return isa_has(dnnl_cpu_isa_avx512_core_amx_fp16);

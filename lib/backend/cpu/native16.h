@@ -51,6 +51,11 @@ const char* kernel_isa_name(KernelIsa isa);
 /// Whether oneDNN's AMX-BF16 kernels run here (what makes bf16 faster than float32).
 bool dnnl_has_amx_bf16();
 
+/// Whether mpx's own bfloat16 dot-product kernels (vdpbf16ps) may run: the CPU has
+/// AVX512-BF16, oneDNN's ISA limit allows avx512_core_bf16 and kernel_isa() is Avx512.
+/// Decided once per process.
+bool cpu_bf16_dot();
+
 /// The oneDNN data type of t.
 dnnl::memory::data_type dnnl_dtype(DType t);
 

@@ -171,8 +171,10 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16) {
       conv_wgrad_small_applies(g))
     return pick(ConvKernel::FewChannels,
                 fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),
-                            is_16bit(q.in) ? fmt::format(", {} rows widened in cache", dtype_name(q.in))
-                                           : std::string()),
+                            q.in == DType::BF16 && conv_wgrad_small_bf16_dot()
+                                ? ", bfloat16 dot products (vdpbf16ps)"
+                            : is_16bit(q.in) ? fmt::format(", {} rows widened in cache", dtype_name(q.in))
+                                             : std::string()),
                 "1-4 input channels, 16/32/64 filters: mpx's kernel keeps every filter's sums in registers");
   const bool gemm_forced = mode == WgradMode::Gemm;
   if (is_16bit(q.in) && q.in == q.out && !reference_loops()) {

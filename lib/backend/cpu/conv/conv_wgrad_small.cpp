@@ -12,6 +12,8 @@
 
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
+#include "backend/cpu/native16.h"
+#include "backend/cpu/switches.h"
 #include "core/half.h"
 
 namespace mpx::cpu {
@@ -53,10 +55,18 @@ size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_wgrad_small_isa() { return winograd_isa(); }
 
+bool conv_wgrad_small_bf16_dot() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
+
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch) {
+  conv_wgrad_small(g, x, dy, io, dw, db, scratch, true);
+}
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch, bool dot) {
   const Layout l = layout(g);
-  static auto* const run = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
+  static auto* const widened = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
+  auto* const run = dot && io == DType::BF16 && conv_wgrad_small_bf16_dot() ? wsmall_avx512bf16::run : widened;
   const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

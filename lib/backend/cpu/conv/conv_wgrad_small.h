@@ -6,11 +6,15 @@
 // read once, and the sums of a block of filter taps for all filters held in vector registers
 // over the row. float32 sums over a few rows go into float64 sums; the threads' float64 sums
 // are added in thread order, so the rounding depends on the thread count (as oneDNN's
-// kernel's does). 16-bit x and dy are widened a row at a time.
+// kernel's does). 16-bit x and dy are widened a row at a time, except bfloat16 where the CPU
+// has AVX512-BF16: there pairs of pixels go through bfloat16 dot products
+// (conv_wgrad_small_avx512bf16.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/cpu/conv/conv_loops.h"
 #include "core/dtype.h"
@@ -32,6 +36,17 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* conv_wgrad_small_isa();
 
+/// Whether a bfloat16 weight gradient runs on bfloat16 dot products (vdpbf16ps: the CPU has
+/// AVX512-BF16, oneDNN's ISA limit allows avx512_core_bf16 and MPX_CPU_16BIT is not widen)
+/// rather than widening its rows to float32 (docs/precision.md, "The first layer's weight
+/// gradient in bfloat16").
+bool conv_wgrad_small_bf16_dot();
+
+/// conv_wgrad_small with the bfloat16 dot products allowed (`dot`, where the CPU has them) or
+/// not (the widened rows whatever the CPU: the tests' way to run both).
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch, bool dot);
+
 // The per-ISA builds (conv_wgrad_small.inc): output rows [row0, row1) summed into acc
 // [taps + kWgradMaxTaps][K] and db [K] in float32, which every kWgradFlushRows rows are added
 // into the float64 sums accd [taps][K] and dbd [K] and cleared (accd and dbd hold the result);
@@ -50,10 +65,35 @@ constexpr int64_t kWgradFlushRows = 8;
 namespace wsmall_base { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
 namespace wsmall_avx2 { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
 namespace wsmall_avx512 { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
+/// The bfloat16 dot-product build (conv_wgrad_small_avx512bf16.cpp): io BF16 only; xrows and
+/// dyrow hold bfloat16 (x's rows by channel, dy's pixels interleaved in pairs).
+namespace wsmall_avx512bf16 { void run(const WgradSmallArgs& a, int64_t row0, int64_t row1); }
 
 /// The most filter taps summed at once in any build (acc has this many spare rows).
 constexpr int kWgradMaxTaps = 16;
 /// Columns of one widened input row in the thread's buffer: those the output row reads.
 inline int64_t wgrad_small_columns(const conv_detail::Geo& g) { return g.Q + g.S - 1; }
+
+/// Of the block sizes a build has (`sizes`, each at most kWgradMaxTaps), the one for J taps:
+/// the fewest taps once J is padded to whole blocks (padded taps are summed and dropped), the
+/// larger block of two that pad alike (fewer passes over dy's row).
+inline int wgrad_small_taps_per_block(int64_t J, std::initializer_list<int> sizes) {
+  int best = 0;
+  int64_t best_padded = 0;
+  for (int tb : sizes) {
+    const int64_t padded = (J + tb - 1) / tb * tb;
+    if (best == 0 || padded < best_padded || (padded == best_padded && tb > best)) best = tb, best_padded = padded;
+  }
+  return best;
+}
+
+/// The float32 sums of the last rows (acc's first J x K, db's K) added into the float64 ones,
+/// and acc (Jp x K) and db cleared.
+inline void wgrad_small_flush(const WgradSmallArgs& a, int64_t J, int64_t K, int64_t Jp) {
+  for (int64_t e = 0; e < J * K; ++e) a.accd[e] += a.acc[e];
+  for (int64_t k = 0; k < K; ++k) a.dbd[k] += a.db[k];
+  std::fill(a.acc, a.acc + Jp * K, 0.0f);
+  std::fill(a.db, a.db + K, 0.0f);
+}
 
 }  // namespace mpx::cpu
