@@ -3,6 +3,7 @@
 // float64 reference of tests/support/reference.h on random inputs (outputs
 // poisoned with NaN first), float32 tight and float16/bfloat16 within their
 // rounding; optimizer steps against hand-computed values; validation errors.
+#include <array>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -105,15 +106,21 @@ TEST_CASE("backend cast rounds to nearest-even once, between every pair of float
 
 TEST_CASE("backend normalize_input: (x/255 - mean)/std per channel") {
   auto t = GENERATE(DType::F32, DType::F16, DType::BF16);
+  // 3 channels and one (MNIST); the larger shapes span several of the CPU's blocks, whose
+  // ends fall inside a row's 16 repeats of the channels' constants.
+  const auto shape = GENERATE(std::array<int64_t, 4>{3, 5, 4, 3}, std::array<int64_t, 4>{7, 33, 31, 3},
+                              std::array<int64_t, 4>{3, 5, 7, 1}, std::array<int64_t, 4>{9, 28, 29, 1});
   Dev d;
   Rng rng(3);
-  const int64_t N = 3, H = 5, W = 4, C = 3;
+  const int64_t N = shape[0], H = shape[1], W = shape[2], C = shape[3];
   std::vector<uint8_t> px(static_cast<size_t>(N * H * W * C));
   for (auto& p : px) p = static_cast<uint8_t>(rng.uniform_int(256));
   Tensor x = d.make(DType::U8, Shape{N, H, W, C});
   d.be->upload(x, px.data());
   Tensor mean = d.make(DType::F32, Shape{C}), sd = d.make(DType::F32, Shape{C});
-  const std::vector<float> mv{0.4914f, 0.4822f, 0.4465f}, sv{0.2470f, 0.2435f, 0.2616f};
+  std::vector<float> mv{0.4914f, 0.4822f, 0.4465f}, sv{0.2470f, 0.2435f, 0.2616f};
+  mv.resize(static_cast<size_t>(C));
+  sv.resize(static_cast<size_t>(C));
   d.put(mean, mv);
   d.put(sd, sv);
   Tensor y = d.make(t, Shape{N, H, W, C});
@@ -798,6 +805,58 @@ TEST_CASE("backend optimizer: Adam t=1 and t=2, AdamW, Adam with L2 (hand-comput
     d.be->optimizer_step(s, a.w, a.g, a.s1, a.s2, Tensor());
     check_values("w", d.get(a.w), adam(w0, {g1}, 0.1, false));
   }
+}
+
+TEST_CASE("backend optimizer: Adam's update on a large arena, bit for bit the float32 formula per weight") {
+  // The CPU loop is vectorized; each lane must give the scalar formula's bits (IEEE sqrt and
+  // division, no fused multiply-add), including NaN and infinite gradients.
+  const auto kind = GENERATE(OptimizerStep::Kind::Adam, OptimizerStep::Kind::AdamW, OptimizerStep::Kind::Amsgrad);
+  const float wd = GENERATE(0.0f, 0.01f);
+  Dev d;
+  Rng rng(97);
+  const int64_t n = 20011;
+  std::vector<float> wv, gv, mv, vv, hv;
+  Tensor w = d.rand(rng, DType::F32, Shape{n}, &wv), g = d.rand(rng, DType::F32, Shape{n}, &gv);
+  Tensor m = d.rand(rng, DType::F32, Shape{n}, &mv), v = d.rand(rng, DType::F32, Shape{n}, &vv);
+  Tensor h = d.rand(rng, DType::F32, Shape{n}, &hv);
+  for (float& x : vv) x = std::fabs(x);
+  for (float& x : hv) x = std::fabs(x);
+  gv[5] = std::numeric_limits<float>::quiet_NaN();
+  gv[6] = std::numeric_limits<float>::infinity();
+  gv[n - 1] = -std::numeric_limits<float>::infinity();
+  d.put(g, gv);
+  d.put(v, vv);
+  d.put(h, hv);
+  OptimizerStep s;
+  s.kind = kind;
+  s.lr = 0.003f;
+  s.weight_decay = wd;
+  s.t = 7;
+  const bool ams = kind == OptimizerStep::Kind::Amsgrad;
+  std::vector<Tensor> states{m, v};
+  if (ams) states.push_back(h);
+  d.be->optimizer_step(s, w, g, states, Tensor());
+  const double b1t = std::pow(static_cast<double>(s.beta1), 7.0), b2t = std::pow(static_cast<double>(s.beta2), 7.0);
+  const float lr_t = static_cast<float>(static_cast<double>(s.lr) * std::sqrt(1.0 - b2t) / (1.0 - b1t));
+  for (int64_t i = 0; i < n; ++i) {
+    float wi = wv[i], gi = gv[i];
+    if (wd != 0.0f) {
+      if (kind == OptimizerStep::Kind::AdamW)
+        wi -= s.lr * wd * wi;
+      else
+        gi += wd * wi;
+    }
+    const float mi = s.beta1 * mv[i] + (1.0f - s.beta1) * gi;
+    const float vi = s.beta2 * vv[i] + (1.0f - s.beta2) * gi * gi;
+    float vd = vi;
+    if (ams) vd = hv[i] >= vi ? hv[i] : vi;
+    mv[i] = mi, vv[i] = vi, hv[i] = vd;
+    wv[i] = wi - lr_t * mi / (std::sqrt(vd) + s.epsilon);
+  }
+  check_exact("w", d.get(w), wv);
+  check_exact("m", d.get(m), mv);
+  check_exact("v", d.get(v), vv);
+  if (ams) check_exact("v_hat", d.get(h), hv);
 }
 
 TEST_CASE("backend optimizer over a large arena writes every compute-copy element") {

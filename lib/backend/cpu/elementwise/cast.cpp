@@ -18,11 +18,15 @@ void cast(Context& ctx, const Tensor& src, const Tensor& dst) {
 void normalize_input(Context& ctx, const Tensor& x, const Tensor& mean, const Tensor& std, const Tensor& y) {
   const int64_t C = x.shape[x.shape.rank - 1];
   const int64_t rows = x.numel() / C;
-  // Per-channel affine a*x + b with a = 1/(255 std), b = -mean/std, in float32.
-  float* ab = ctx.scratch(kSlotTmp0, static_cast<size_t>(2 * C));
-  for (int64_t c = 0; c < C; ++c) {
-    ab[c] = 1.0f / (255.0f * std.as<const float>()[c]);
-    ab[C + c] = -mean.as<const float>()[c] / std.as<const float>()[c];
+  // Per-channel affine a*x + b with a = 1/(255 std), b = -mean/std, in float32, repeated over
+  // L = 16 C elements (a[e % C], b[e % C]) so that the loop below runs over a block's elements
+  // without a per-row inner loop of C (one channel: a loop of one per pixel, not vectorized).
+  const int64_t L = 16 * C;
+  float* ab = ctx.scratch(kSlotTmp0, static_cast<size_t>(2 * L));
+  for (int64_t e = 0; e < L; ++e) {
+    const int64_t c = e % C;
+    ab[e] = 1.0f / (255.0f * std.as<const float>()[c]);
+    ab[L + e] = -mean.as<const float>()[c] / std.as<const float>()[c];
   }
   const uint8_t* px = x.as<const uint8_t>();
   // Rows are grouped into blocks of about kBlock elements.
@@ -38,10 +42,10 @@ void normalize_input(Context& ctx, const Tensor& x, const Tensor& mean, const Te
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t r0 = b * rows_per_block, nr = std::min(rows_per_block, rows - r0);
       float* out = out_block(y, r0 * C, buf);
-      for (int64_t r = 0; r < nr; ++r) {
-        const uint8_t* xi = px + (r0 + r) * C;
-        float* yo = out + r * C;
-        for (int64_t c = 0; c < C; ++c) yo[c] = static_cast<float>(xi[c]) * ab[c] + ab[C + c];
+      const uint8_t* xi = px + r0 * C;  // a block starts at a row, so element e has channel e % C
+      for (int64_t e0 = 0; e0 < nr * C; e0 += L) {
+        const int64_t m = std::min(L, nr * C - e0);
+        for (int64_t j = 0; j < m; ++j) out[e0 + j] = static_cast<float>(xi[e0 + j]) * ab[j] + ab[L + j];
       }
       store_block(out, y, r0 * C, nr * C);
     }
