@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <string>
 
 #include "backend/cpu/conv/conv_winograd.h"

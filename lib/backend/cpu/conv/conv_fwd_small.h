@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The forward pass of stride-1 convolutions with few input channels (a network's first layer:
 // 1 to 4 channels, 16, 32 or 64 filters) on mpx's own loop, with the bias and relu fused and
-// 16-bit outputs rounded once as each output row is done (docs/cpu-performance.md, "The first
-// layer's forward pass"). Each thread takes whole output rows: their input rows widened into a
-// buffer with the padding as zeros, and the sums for a run of pixels and a block of filters
-// held in vector registers over all taps.
+// 16-bit outputs rounded once: bfloat16 in registers, float16 as each output row is done
+// (docs/cpu-performance.md, "The first layer's forward pass"). Each thread takes whole output
+// rows: their input rows widened into a buffer with the padding as zeros, and the sums for a
+// run of pixels and a block of filters held in vector registers over all taps.
 #pragma once
 
 #include <cstddef>

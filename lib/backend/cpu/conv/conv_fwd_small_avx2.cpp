@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 
 #include "backend/cpu/conv/conv_fwd_small.h"
