@@ -51,6 +51,28 @@ std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Ge
   return {dw, db};
 }
 
+/// The float64 reference dw and db, and the same sums over |x| and |dy| (the bound's S).
+struct Sums {
+  Vec dw, db, mdw, mdb;
+};
+Sums reference(const Conv2dParams& p, const ref::ConvDims& d, const std::vector<float>& x,
+               const std::vector<float>& dy) {
+  Sums r;
+  r.dw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &r.db);
+  std::vector<float> ax(x.size()), ady(dy.size());
+  for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
+  for (size_t i = 0; i < dy.size(); ++i) ady[i] = std::fabs(dy[i]);
+  r.mdw = ref::conv2d_backward_filter(p, d, support::widen(ax), support::widen(ady), &r.mdb);
+  return r;
+}
+
+/// g(n) of the kernel's float32 sums: at most kWgradFlushRows rows of Q products (then float64,
+/// one rounding).
+double summation_gamma(const ref::ConvDims& d) {
+  const double n = static_cast<double>(cpu::kWgradFlushRows * d.Q + 1), u = std::ldexp(1.0, -24);
+  return n * u / (1 - n * u);
+}
+
 }  // namespace
 
 TEST_CASE("few-channel weight gradient: within its float32 summation bound of the float64 reference",
@@ -63,15 +85,9 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
       REQUIRE(cpu::conv_wgrad_small_applies(g));
       Rng rng(static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
       const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t), dy = support::uniform_values(rng, c.N * d.P * d.Q * c.K, t);
-      Vec rdb, mdb;
-      const Vec rdw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &rdb);
-      std::vector<float> ax(x.size()), ady(dy.size());
-      for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
-      for (size_t i = 0; i < dy.size(); ++i) ady[i] = std::fabs(dy[i]);
-      const Vec mdw = ref::conv2d_backward_filter(p, d, support::widen(ax), support::widen(ady), &mdb);
-      // float32 sums of at most kWgradFlushRows rows of Q products, then float64, one rounding.
-      const double n = static_cast<double>(cpu::kWgradFlushRows * d.Q + 1), u = std::ldexp(1.0, -24);
-      const double gamma = n * u / (1 - n * u);
+      const Sums r = reference(p, d, x, dy);
+      const Vec &rdw = r.dw, &rdb = r.db, &mdw = r.mdw, &mdb = r.mdb;
+      const double u = std::ldexp(1.0, -24), gamma = summation_gamma(d);
       for (int threads : {1, 2, 3}) {
         const auto [dw, db] = run(g, x, dy, t, threads);
         INFO(threads << " threads"
@@ -119,18 +135,13 @@ TEST_CASE("few-channel weight gradient on bfloat16 dot products: subnormals, and
   // column tap reads; the pair beside the odd last pixel holds it too.
   x[2 * img + 3 * c.W + (c.W - 1)] = std::numeric_limits<float>::infinity();
 
-  Vec rdb, mdb;
-  const Vec rdw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &rdb);
-  std::vector<float> ax(x.size()), ady(dy.size());
-  for (size_t i = 0; i < x.size(); ++i) ax[i] = std::fabs(x[i]);
-  for (size_t i = 0; i < dy.size(); ++i) ady[i] = std::fabs(dy[i]);
-  const Vec mdw = ref::conv2d_backward_filter(p, d, support::widen(ax), support::widen(ady), &mdb);
+  const Sums r = reference(p, d, x, dy);
+  const Vec &rdw = r.dw, &rdb = r.db, &mdw = r.mdw, &mdb = r.mdb;
   // The products the instruction may lose: images 0 and 1 entirely (their sums over |x| |dy|).
-  std::vector<float> ax01 = ax;
-  std::fill(ax01.begin() + 2 * img, ax01.end(), 0.0f);
-  const Vec fdw = ref::conv2d_backward_filter(p, d, support::widen(ax01), support::widen(ady), nullptr);
-  const double n = static_cast<double>(cpu::kWgradFlushRows * d.Q + 1), u = std::ldexp(1.0, -24);
-  const double gamma = n * u / (1 - n * u);
+  std::vector<float> x01 = x;
+  std::fill(x01.begin() + 2 * img, x01.end(), 0.0f);
+  const Vec fdw = reference(p, d, x01, dy).mdw;
+  const double u = std::ldexp(1.0, -24), gamma = summation_gamma(d);
   const double adds = std::ldexp(static_cast<double>(c.N * d.P * d.Q + 1), -126);  // sums flushed to zero
   int nonfinite = 0;
   for (int threads : {1, 2}) {
