@@ -9,7 +9,8 @@ PyTorch twin (bench/torch_peer.py), in rounds whose tool order rotates, and
 prints the median images/s of each tool, mpx / best peer, the issue's targets,
 the float32 GEMM ceiling measured in the same run (bench/gemm_ceiling, oneDNN
 sgemm; numpy and torch matmul beside it) and the convolutions' achieved
-GFLOP/s as a fraction of it. It checks first that each peer's net has the
+GFLOP/s as a fraction of it, and the memory bandwidth measured in the same run
+(bench/mem_bandwidth) beside each step's activation traffic. It checks first that each peer's net has the
 parameters of mpx's (`mpx export`, name by name and shape by shape), and says
 which CPU path ran (mpx bench's kernels; the peers' oneDNN verbose lines).
 
@@ -133,6 +134,12 @@ class Bench:
                      "--n", str(self.a.gemm_n), "--threads", str(self.a.threads)], f"{lib} {dtype} matmul", dtype)
         return out
 
+    def bandwidth(self):
+        """The memory's read, write and copy GB/s on the same threads (bench/mem_bandwidth), or an
+        {error} when it failed."""
+        r, err, _ = probe.run_json([self.a.mem_bandwidth], self.env, 300, ROOT)
+        return r if r else {"error": err}
+
     def check_params(self, net, available):
         """Each peer's parameter names and shapes against `mpx export` of the same config."""
         lines = []
@@ -189,6 +196,7 @@ def main():
     ap.add_argument("--mpx", default=os.path.join(ROOT, "build", "app", "mpx"))
     ap.add_argument("--gemm-ceiling", default=os.path.join(ROOT, "build", "bench", "gemm_ceiling"))
     ap.add_argument("--gemm-n", type=int, default=2048)
+    ap.add_argument("--mem-bandwidth", default=os.path.join(ROOT, "build", "bench", "mem_bandwidth"))
     ap.add_argument("--keras-python", default=os.path.join(CACHE, "keras", "bin", "python"))
     ap.add_argument("--torch-python", default=os.path.join(CACHE, "torch", "bin", "python"))
     ap.add_argument("--omp-wait-policy", choices=["mpx", "passive", "unset", "inherit"], default="mpx",
@@ -208,12 +216,13 @@ def main():
     a = ap.parse_args()
     if a.quick:
         a.rounds = 1
-    for k in ("mpx", "gemm_ceiling", "data", "keras_python", "torch_python", "json"):
+    for k in ("mpx", "gemm_ceiling", "mem_bandwidth", "data", "keras_python", "torch_python", "json"):
         if getattr(a, k):
             setattr(a, k, os.path.abspath(getattr(a, k)))  # the tools run in the repository root
-    for exe in (a.mpx, a.gemm_ceiling):
+    for exe in (a.mpx, a.gemm_ceiling, a.mem_bandwidth):
         if not os.access(exe, os.X_OK):
-            sys.exit(f"{exe}: not built (scripts/build.sh builds mpx and build/bench/gemm_ceiling)")
+            sys.exit(f"{exe}: not built (scripts/build.sh builds mpx, build/bench/gemm_ceiling and "
+                     "build/bench/mem_bandwidth)")
     from cpu_peers_report import run_all
     if a.isa_cap != "both":
         return run_all(Bench(a), a, NETS, PEERS, targets_for(a.isa_cap))

@@ -22,12 +22,17 @@ def uptime():
 def run_rounds(b, a, nets, policies, tools, net_table):
     """Every (net, policy, tool) once per round, the tools' order rotated each round;
     the GEMM ceiling measured at the start of every round."""
-    runs, errors, gemm = {}, {}, []
+    runs, errors, gemm, memory = {}, {}, [], []
     for r in range(a.rounds):
         g = b.gemm()
         gemm.append(g)
         print(f"round {r + 1}: GEMM " + ", ".join(f"{x['gemm']} {x['gflops']:.0f}" if x["gflops"] else
                                                  f"{x['gemm']} {x['error']}" for x in g) + " GFLOP/s", file=sys.stderr)
+        m = b.bandwidth()
+        memory.append(m)
+        print(f"round {r + 1}: memory " + (f"read {m['read_gbs_best']:.1f}, write {m['write_gbs_best']:.1f}, copy "
+                                          f"{m['copy_gbs_best']:.1f} GB/s" if "error" not in m else m["error"]),
+              file=sys.stderr)
         for net in nets:
             steps, warmup = net_table[net][3 if a.quick else 2]
             for policy in policies:
@@ -42,7 +47,7 @@ def run_rounds(b, a, nets, policies, tools, net_table):
                     runs.setdefault(key, []).append(res)
                     print(f"round {r + 1}: {net} {policy} {tool}: {res['images_per_sec']:.1f} images/s",
                           file=sys.stderr)
-    return runs, errors, gemm
+    return runs, errors, gemm, memory
 
 
 def ceiling(gemm):
@@ -149,6 +154,47 @@ def print_conv(runs, nets, policies, tools, config_of, gemm):
           "math), else, as mixed_float16 rows, against the float32 one.")
 
 
+# Passes over the activations that a training step cannot avoid once they outgrow the caches:
+# each is written by the forward pass and read by the backward one, and its gradient is
+# written and read once (docs/cpu-performance.md, "Against the peers").
+ACTIVATION_PASSES = 4
+
+
+def print_memory(runs, nets, policies, memory):
+    """mpx's planned activations per step (mpx bench's activation_bytes) at ACTIVATION_PASSES
+    passes, against the copy bandwidth measured in the same run: the time that traffic takes
+    at best, and its share of mpx's median step."""
+    copies = [m["copy_gbs_best"] for m in memory if "error" not in m]
+    print("\n## Memory traffic: the activations against the bandwidth measured at the start of every round\n")
+    for i, m in enumerate(memory):
+        if "error" in m:
+            print(f"- round {i + 1}: {m['error']}")
+        else:
+            print(f"- round {i + 1}: read {m['read_gbs_best']:.1f}, write {m['write_gbs_best']:.1f}, copy (read + "
+                  f"write) {m['copy_gbs_best']:.1f} GB/s over {m['mib']} MiB arrays, {m['threads']} threads")
+    if not copies:
+        print("- no bandwidth figure: the table needs one")
+        return
+    bw = max(copies)
+    print(f"\nThe step's activation traffic at {ACTIVATION_PASSES} passes over mpx's planned activations "
+          f"(each written forward, read backward, its gradient written and read), at the best copy bandwidth "
+          f"{bw:.1f} GB/s: a lower bound of its memory time where the activations outgrow the caches.\n")
+    print("| net | policy | batch | activations MiB | traffic MB per step | at the bandwidth, ms | mpx step, ms "
+          "(batch / images/s, median of the rounds) | share of the step |")
+    print("|" + " --- |" * 8)
+    for net in nets:
+        for policy in policies:
+            rs = runs.get((net, policy, "mpx"), [])
+            if not rs or not rs[0].get("activation_bytes"):
+                continue
+            act = rs[0]["activation_bytes"]
+            traffic = ACTIVATION_PASSES * act
+            at_bw = traffic / (bw * 1e9) * 1e3
+            step = statistics.median(r["batch_size"] / r["images_per_sec"] * 1e3 for r in rs)
+            print(f"| {net} | {policy} | {rs[0]['batch_size']} | {act / 2**20:.1f} | {traffic / 1e6:.0f} | "
+                  f"{at_bw:.2f} | {step:.2f} | {at_bw / step:.0%} |")
+
+
 def print_paths(runs, probes, nets, policies, tools):
     model, flags = probe.cpu_description()
     print(f"\n## CPU path\n\n- CPU: {model}; flags: {' '.join(flags) or 'none of ' + ', '.join(probe.FLAGS_OF_INTEREST)}")
@@ -205,7 +251,7 @@ def run_all(b, a, net_table, peers_table, targets):
             sys.exit(f"--policies: {p} is not one of {', '.join(POLICIES)}")
     start = print_header(b, a, nets, net_table, peers_table)
     tools = ["mpx"] + b.peers
-    runs, errors, gemm = run_rounds(b, a, nets, policies, tools, net_table)
+    runs, errors, gemm, memory = run_rounds(b, a, nets, policies, tools, net_table)
     probes = {}
     if not a.no_probe:
         for net in nets:
@@ -214,13 +260,14 @@ def run_all(b, a, net_table, peers_table, targets):
                     probes[(net, policy, peer)] = b.onednn_probe(peer, net, policy)
     verdicts = print_speed(runs, errors, nets, policies, tools, targets)
     print_conv(runs, nets, policies, tools, lambda n: os.path.join(b.root, net_table[n][0]), gemm)
+    print_memory(runs, nets, policies, memory)
     print_paths(runs, probes, nets, policies, tools)
     end = uptime()
     print(f"\n- after: {end}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"uptime_before": start, "uptime_after": end, "threads": a.threads, "rounds": a.rounds,
-                       "gemm": gemm, "runs": {" ".join(k): v for k, v in runs.items()},
+                       "gemm": gemm, "memory": memory, "runs": {" ".join(k): v for k, v in runs.items()},
                        "errors": {" ".join(k): v for k, v in errors.items()},
                        "probes": {" ".join(k): v for k, v in probes.items()},
                        "targets": [{"net": n, "policy": p, "target": t, "met": m, "ratio": g}
