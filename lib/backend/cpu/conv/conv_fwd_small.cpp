@@ -8,8 +8,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"

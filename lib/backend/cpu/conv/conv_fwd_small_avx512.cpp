@@ -5,8 +5,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/elem16.h"
