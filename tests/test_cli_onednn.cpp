@@ -152,7 +152,7 @@ TEST_CASE("MPX_CONV_FORWARD: 16-bit first layers run the few-channel forward ker
   };
   const std::string on_impl = first_forward(def), off_impl = first_forward(off);
   CHECK(on_impl.rfind("mpx:few-channels", 0) == 0);
-  CHECK(on_impl.find("bfloat16 rounded once per row") != std::string::npos);
+  CHECK(on_impl.find("bfloat16 rounded once in registers") != std::string::npos);
   CHECK(!off_impl.empty());
   CHECK(off_impl.rfind("mpx:", 0) == std::string::npos);
   CHECK(bad.code == 2);

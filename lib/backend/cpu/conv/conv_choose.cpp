@@ -141,9 +141,10 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
   if (few_channel_forward(q) && m == 0)
     return is_16bit(q.out)
                ? pick(ConvKernel::FewChannels,
-                      fmt::format("mpx:few-channels {}, {} rounded once per row", conv_fwd_small_isa(),
-                                  dtype_name(q.in)),
-                      "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each row once in cache")
+                      fmt::format("mpx:few-channels {}, {} rounded once {}", conv_fwd_small_isa(),
+                                  dtype_name(q.in), q.out == DType::BF16 ? "in registers" : "per row"),
+                      "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each output once "
+                      "(bfloat16 in registers, float16 per row in cache)")
                : pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),
                       "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: mpx's kernel "
                       "keeps each run of pixels' sums in registers over all taps");
