@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -50,6 +51,14 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
     convert(y16.data(), t, y.data(), DType::F32, ny);
   }
   return y;
+}
+
+/// f rounded to t as the kernel rounds its output: where the CPU's VCVTNEPS2BF16 rounds
+/// bfloat16 (cpu::conv_fwd_small_bf16_native()), a float32 subnormal is first a zero of its sign.
+float round_as_kernel(DType t, float f) {
+  if (t == DType::BF16 && cpu::conv_fwd_small_bf16_native() && std::fpclassify(f) == FP_SUBNORMAL)
+    f = std::copysign(0.0f, f);
+  return round_to(t, f);
 }
 
 double unit_roundoff(DType t) {
@@ -96,7 +105,7 @@ TEST_CASE("few-channel forward convolution: within its float32 summation bound o
             }
             if (t != DType::F32) {  // 16-bit: the float32 kernel's result on the same values, rounded once
               std::vector<float> y32 = run(g, x, w, b, relu, DType::F32, threads);
-              for (float& v : y32) v = round_to(t, v);
+              for (float& v : y32) v = round_as_kernel(t, v);
               support::check_exact("y against the float32 kernel rounded once", y, y32);
             }
           }
@@ -124,6 +133,30 @@ TEST_CASE("few-channel forward convolution: relu keeps NaN, and a NaN input reac
       else
         CHECK(v == 0.0f);  // |conv| <= 9 < 10: relu of a negative sum is +0
     }
+}
+
+TEST_CASE("few-channel forward convolution: a float32 subnormal output is a zero of its sign where the CPU rounds "
+          "bfloat16, else a bfloat16 subnormal",
+          "[backend][cpu][conv]") {
+  // Every output is x * w of tap 0 alone: 2^-65 * +-2^-65 = +-2^-130, by filter.
+  const ConvCase c{"3x3 valid, C=1, K=16", 2, 7, 9, 1, 16, 3, 3, 0, 0, 0, 0};
+  const Conv2dParams p = c.params();
+  const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+  const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+  const std::vector<float> x(static_cast<size_t>(c.N * c.H * c.W), std::ldexp(1.0f, -65));
+  std::vector<float> w(static_cast<size_t>(c.K * 9), 0.0f);
+  for (int64_t k = 0; k < c.K; ++k) w[static_cast<size_t>(k * 9)] = std::ldexp(k % 3 == 0 ? -1.0f : 1.0f, -65);
+  const std::vector<float> b(static_cast<size_t>(c.K), 0.0f);
+  const bool native = cpu::conv_fwd_small_bf16_native();
+  INFO((native ? "VCVTNEPS2BF16" : "elem16's formula") << ", kernel ISA " << cpu::conv_fwd_small_isa());
+  const std::vector<float> y = run(g, x, w, b, false, DType::BF16, 2);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float exact = std::ldexp(i % static_cast<size_t>(c.K) % 3 == 0 ? -1.0f : 1.0f, -130);
+    const float want = native ? std::copysign(0.0f, exact) : round_to(DType::BF16, exact);
+    INFO("y[" << i << "] " << y[i]);
+    REQUIRE(std::memcmp(&y[i], &want, sizeof want) == 0);  // the sign of a zero too
+  }
+  if (!native) CHECK(round_to(DType::BF16, std::ldexp(1.0f, -130)) != 0.0f);
 }
 
 TEST_CASE("the backend's first-layer forward runs the few-channel kernel where its rule says",

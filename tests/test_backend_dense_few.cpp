@@ -78,6 +78,14 @@ Vec absv(const std::vector<float>& v) {
   return r;
 }
 
+/// f rounded to t as the loops round dx: where the CPU's VCVTNEPS2BF16 rounds bfloat16
+/// (cpu::dense_few_bf16_native()), a float32 subnormal is first a zero of its sign.
+float round_as_loops(DType t, float f) {
+  if (t == DType::BF16 && cpu::dense_few_bf16_native() && std::fpclassify(f) == FP_SUBNORMAL)
+    f = std::copysign(0.0f, f);
+  return round_to(t, f);
+}
+
 double gamma(int64_t n) {
   const double u = std::ldexp(1.0, -24);
   return static_cast<double>(n) * u / (1 - static_cast<double>(n) * u);
@@ -127,7 +135,7 @@ TEST_CASE("few-output dense loops: within their float32 summation bounds of the 
           if (t != DType::F32) {  // the float32 loops on the same values; dx rounded once
             support::check_exact("y against float32", y, forward(s, x, DType::F32, w, b, threads));
             std::vector<float> dx32 = backward_data(s, dy, w, DType::F32, threads);
-            for (float& v : dx32) v = round_to(t, v);
+            for (float& v : dx32) v = round_as_loops(t, v);
             support::check_exact("dx against float32 rounded once", dx, dx32);
             const auto [dw32, db32] = backward_weights(s, x, DType::F32, dy, threads);
             support::check_exact("dw against float32", dw, dw32);
@@ -369,7 +377,8 @@ struct DenseCase {
 TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then relu's backward, on each kernel",
           "[backend][cpu][dense][fuse]") {
   // The relu's backward done with the product (docs/cpu-performance.md, "Relu before a dense
-  // layer"): x, the relu's output, with zeros of both signs, negatives and NaN (not > 0: 0),
+  // layer"): x, the relu's output, with zeros of both signs, negatives and NaN of both signs
+  // (not > 0: 0), infinity and a subnormal (> 0),
   // and a NaN in one row of dy; mpx's few-output loops (a 16-bit layer, a float32 layer with
   // a long input, a float32 layer reading a 16-bit x as it is) and oneDNN's inner product
   // (32 outputs). Against the two ops bit for bit, and the float64 reference masked by x > 0.
@@ -389,6 +398,9 @@ TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then r
         if (xv[static_cast<size_t>(i)] < 0) xv[static_cast<size_t>(i)] = (i % 3 == 0) ? -0.0f : 0.0f;
         if (i % 97 == 5) xv[static_cast<size_t>(i)] = -0.25f;
         if (i % 89 == 7) xv[static_cast<size_t>(i)] = nan;
+        if (i % 83 == 3) xv[static_cast<size_t>(i)] = std::numeric_limits<float>::infinity();  // > 0
+        if (i % 79 == 2) xv[static_cast<size_t>(i)] = -nan;
+        if (i % 73 == 1) xv[static_cast<size_t>(i)] = round_to(cs.tx, std::ldexp(1.0f, -130));  // > 0 but in float16
       }
       d.put(x, xv);
       Tensor w = d.rand(rng, cs.t, Shape{Co, Ci}, &wv), dy = d.rand(rng, cs.t, Shape{N, Co}, &dyv);
@@ -536,4 +548,49 @@ TEST_CASE("dense ops: a float32 input or input gradient of a 16-bit layer, or ou
   Tensor dw = d.make(DType::F32, Shape{3, 8});
   REQUIRE_THROWS_WITH(d.be->dense_backward_weights(x32, dy16, dw, Tensor()),
                       Catch::Contains("dense_backward_weights: x float32[2, 8] must have the dtype of dy (bfloat16)"));
+}
+
+TEST_CASE("bfloat16 dx: a float32 subnormal sum is a zero of its sign where the CPU rounds it, else a bfloat16 "
+          "subnormal",
+          "[backend][cpu][dense]") {
+  // dx = dy w: every product is +-2^-130 (a float32 subnormal, a bfloat16 subnormal too), in
+  // the vector blocks (pairs and single vectors) and the scalar tail columns, with and without
+  // relu's mask (its output all positive); beside them products of +-1, which stay.
+  const Shape3 s{3, 64 + 16 + 5, 2};
+  std::vector<float> w(static_cast<size_t>(s.Co * s.Ci)), dy(static_cast<size_t>(s.N * s.Co));
+  for (int64_t i = 0; i < s.Ci; ++i) {
+    w[static_cast<size_t>(i)] = std::ldexp(i % 3 == 0 ? -1.0f : 1.0f, -65);  // output 0: tiny
+    w[static_cast<size_t>(s.Ci + i)] = i % 2 == 0 ? 1.0f : -1.0f;           // output 1
+  }
+  const bool native = cpu::dense_few_bf16_native();
+  INFO((native ? "VCVTNEPS2BF16" : "elem16's formula") << ", kernel ISA " << cpu::dense_few_isa());
+  const std::vector<uint16_t> relu_out(static_cast<size_t>(s.N * s.Ci), 0x3F80);  // bfloat16 1.0
+  for (bool relu : {false, true}) {
+    DYNAMIC_SECTION((relu ? "with relu" : "no relu")) {
+      for (int64_t n = 0; n < s.N; ++n) {
+        dy[static_cast<size_t>(n * s.Co)] = std::ldexp(n == 1 ? -1.0f : 1.0f, -65);
+        dy[static_cast<size_t>(n * s.Co + 1)] = 0.0f;
+      }
+      std::vector<uint16_t> dx(static_cast<size_t>(s.N * s.Ci), 0xFFFF);
+      cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx.data(), DType::BF16,
+                                   relu ? relu_out.data() : nullptr);
+      for (int64_t n = 0; n < s.N; ++n)
+        for (int64_t i = 0; i < s.Ci; ++i) {
+          const float exact = std::ldexp(1.0f, -130) * ((i % 3 == 0) != (n == 1) ? -1.0f : 1.0f);
+          const uint16_t want = native ? (std::signbit(exact) ? 0x8000 : 0x0000) : f32_to_bf16(exact);
+          INFO("row " << n << ", column " << i);
+          REQUIRE(dx[static_cast<size_t>(n * s.Ci + i)] == want);
+        }
+      if (!native) CHECK(f32_to_bf16(std::ldexp(1.0f, -130)) == 0x0008);  // a subnormal, not zero
+      // And a sum of ordinary size rounds alike in both.
+      for (int64_t n = 0; n < s.N; ++n) {
+        dy[static_cast<size_t>(n * s.Co)] = 0.0f;
+        dy[static_cast<size_t>(n * s.Co + 1)] = 1.5f;
+      }
+      cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx.data(), DType::BF16,
+                                   relu ? relu_out.data() : nullptr);
+      for (int64_t i = 0; i < s.N * s.Ci; ++i)
+        REQUIRE(dx[static_cast<size_t>(i)] == f32_to_bf16((i % s.Ci) % 2 == 0 ? 1.5f : -1.5f));
+    }
+  }
 }

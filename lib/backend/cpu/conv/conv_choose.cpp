@@ -142,7 +142,10 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
     return is_16bit(q.out)
                ? pick(ConvKernel::FewChannels,
                       fmt::format("mpx:few-channels {}, {} rounded once {}", conv_fwd_small_isa(),
-                                  dtype_name(q.in), q.out == DType::BF16 ? "in registers" : "per row"),
+                                  dtype_name(q.in),
+                                  q.out != DType::BF16            ? "per row"
+                                  : conv_fwd_small_bf16_native() ? "in registers (vcvtneps2bf16)"
+                                                                 : "in registers"),
                       "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each output once "
                       "(bfloat16 in registers, float16 per row in cache)")
                : pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),

@@ -69,7 +69,10 @@ DenseChoice choose_dense(const DenseQuery& q) {
   const char* big = q.pass == DensePass::BackwardData ? "dx" : "x";
   if (dense_few_enabled() && q.Co <= kDenseFewMaxOut && !reference_loops() && (is_16bit(q.big) || few_f32_wins(q)))
     return pick(DenseKernel::FewOutputs,
-                fmt::format("mpx:few-outputs {}, {} {} in registers", dense_few_isa(), dtype_name(q.big), big),
+                fmt::format("mpx:few-outputs {}, {} {} in registers{}", dense_few_isa(), dtype_name(q.big), big,
+                            q.pass == DensePass::BackwardData && q.big == DType::BF16 && dense_few_bf16_native()
+                                ? " (vcvtneps2bf16)"
+                                : ""),
                 is_16bit(q.big)
                     ? fmt::format("at most {} outputs and a 16-bit {}: mpx's loops convert it in registers",
                                   kDenseFewMaxOut, big)

@@ -13,6 +13,8 @@
 
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
+#include "backend/cpu/native16.h"
+#include "backend/cpu/switches.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -34,12 +36,16 @@ struct Build {
   void (*backward)(const DenseFewArgs&, int64_t, int64_t);
 };
 
-const Build& build() {
+/// The build for operands of dtype t: by_isa's, or for bfloat16 where the CPU rounds it
+/// (dense_few_bf16_native) the AVX-512 build compiled for AVX512-BF16.
+const Build& build(DType t) {
   static const Build b = by_isa(
       Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights, dfew_base::backward},
       Build{dfew_avx2::forward, dfew_avx2::backward_data, dfew_avx2::backward_weights, dfew_avx2::backward},
       Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights, dfew_avx512::backward});
-  return b;
+  static const Build bf16{dfew_avx512bf16::forward, dfew_avx512bf16::backward_data,
+                          dfew_avx512bf16::backward_weights, dfew_avx512bf16::backward};
+  return t == DType::BF16 && dense_few_bf16_native() ? bf16 : b;
 }
 
 /// Runs f(lo, hi, thread) on each thread's share of [0, n) in units of `unit` (the last share takes the rest).
@@ -58,16 +64,18 @@ void split(int64_t n, int64_t unit, F&& f) {
 
 const char* dense_few_isa() { return winograd_isa(); }
 
+bool dense_few_bf16_native() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
+
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
                        float* y) {
   DenseFewArgs a{N, Ci, Co, x, xt, w, b, nullptr, y, nullptr, nullptr, nullptr};
-  split(N, 1, [&](int64_t n0, int64_t n1, int) { build().forward(a, n0, n1); });
+  split(N, 1, [&](int64_t n0, int64_t n1, int) { build(xt).forward(a, n0, n1); });
 }
 
 void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx,
                              DType dxt, const void* relu_out) {
   DenseFewArgs a{N, Ci, Co, nullptr, dxt, w, nullptr, dy, nullptr, nullptr, dx, relu_out};
-  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_data(a, i0, i1); });  // whole column blocks
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(dxt).backward_data(a, i0, i1); });  // whole column blocks
 }
 
 namespace {
@@ -86,7 +94,7 @@ void bias_gradient(int64_t N, int64_t Co, const float* dy, float* db) {
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
                                 float* dw, float* db) {
   DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr, nullptr};
-  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward_weights(a, i0, i1); });  // whole column blocks
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(xt).backward_weights(a, i0, i1); });  // whole column blocks
   if (db) bias_gradient(N, Co, dy, db);
 }
 
@@ -94,7 +102,7 @@ void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType 
                         float* dw, float* db, void* dx, bool relu) {
   MPX_CHECK(Co >= 1 && Co <= kDenseFewFuseMaxOut);
   DenseFewArgs a{N, Ci, Co, x, xt, w, nullptr, dy, nullptr, dw, dx, relu ? x : nullptr};
-  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build().backward(a, i0, i1); });  // whole column blocks
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(xt).backward(a, i0, i1); });  // whole column blocks
   if (db) bias_gradient(N, Co, dy, db);
 }
 
