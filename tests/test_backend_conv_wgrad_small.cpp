@@ -34,19 +34,20 @@ namespace {
 using support::ConvCase;
 
 /// dw and db of the kernel at `threads` threads; x and dy given as float32 values of dtype t;
-/// `dot`: bfloat16 dot products allowed (where the CPU has them).
+/// `dot`: bfloat16 dot products allowed (where the CPU has them); `buffered`: their pixel pairs
+/// through the interleave buffer even where one block of taps interleaves them in registers.
 std::pair<std::vector<float>, std::vector<float>> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x,
                                                       const std::vector<float>& dy, DType t, int threads,
-                                                      bool dot = true) {
+                                                      bool dot = true, bool buffered = false) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> dw(static_cast<size_t>(g.K * g.R * g.S * g.C), nan), db(static_cast<size_t>(g.K), nan);
   const support::OmpThreads th(threads);
   std::vector<float> scratch(cpu::conv_wgrad_small_scratch(g, threads), nan);
   if (t == DType::F32) {
-    cpu::conv_wgrad_small(g, x.data(), dy.data(), t, dw.data(), db.data(), scratch.data(), dot);
+    cpu::conv_wgrad_small(g, x.data(), dy.data(), t, dw.data(), db.data(), scratch.data(), dot, buffered);
   } else {
     const std::vector<uint16_t> x16 = support::to16(x, t), dy16 = support::to16(dy, t);
-    cpu::conv_wgrad_small(g, x16.data(), dy16.data(), t, dw.data(), db.data(), scratch.data(), dot);
+    cpu::conv_wgrad_small(g, x16.data(), dy16.data(), t, dw.data(), db.data(), scratch.data(), dot, buffered);
   }
   return {dw, db};
 }
@@ -99,6 +100,11 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
         for (size_t k = 0; k < db.size(); ++k) {
           const double tol = gamma * mdb[k] + u * std::fabs(rdb[k]) + 1e-30;
           if (!(std::fabs(db[k] - rdb[k]) <= tol)) FAIL("db[" << k << "] " << db[k] << ", reference " << rdb[k]);
+        }
+        if (t == DType::BF16) {  // dy's pairs in registers or through the buffer: the same sums, bit for bit
+          const auto [dwb, dbb] = run(g, x, dy, t, threads, true, true);
+          support::check_exact("dw against the buffered pairs", dw, dwb);
+          support::check_exact("db against the buffered pairs", db, dbb);
         }
         if (t != DType::F32) {  // 16-bit rows widened: the bits of the float32 kernel on their values
           const auto [dw16, db16] = run(g, x, dy, t, threads, false);

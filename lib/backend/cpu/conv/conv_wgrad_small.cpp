@@ -63,7 +63,7 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
 }
 
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
-                      float* scratch, bool dot) {
+                      float* scratch, bool dot, bool buffered) {
   const Layout l = layout(g);
   static auto* const widened = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
   auto* const run = dot && io == DType::BF16 && conv_wgrad_small_bf16_dot() ? wsmall_avx512bf16::run : widened;
@@ -76,7 +76,7 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
     auto* accd = reinterpret_cast<double*>(base + l.acc + l.db);
     auto* dbd = reinterpret_cast<double*>(base + l.acc + l.db + l.accd);
     float* xrows = base + l.acc + l.db + l.accd + l.dbd;
-    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd};
+    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd, buffered};
     std::fill(base, base + l.acc + l.db, 0.0f);
     std::fill(accd, accd + J * g.K, 0.0);
     std::fill(dbd, dbd + g.K, 0.0);

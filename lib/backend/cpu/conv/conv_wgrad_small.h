@@ -43,9 +43,11 @@ const char* conv_wgrad_small_isa();
 bool conv_wgrad_small_bf16_dot();
 
 /// conv_wgrad_small with the bfloat16 dot products allowed (`dot`, where the CPU has them) or
-/// not (the widened rows whatever the CPU: the tests' way to run both).
+/// not (the widened rows whatever the CPU: the tests' way to run both). `buffered`: the dot
+/// products take dy's pixel pairs from the interleave buffer even where one block of taps
+/// could interleave them in registers (the tests' way to check that both give the same bits).
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
-                      float* scratch, bool dot);
+                      float* scratch, bool dot, bool buffered = false);
 
 // The per-ISA builds (conv_wgrad_small.inc): output rows [row0, row1) summed into acc
 // [taps + kWgradMaxTaps][K] and db [K] in float32, which every kWgradFlushRows rows are added
@@ -58,6 +60,7 @@ struct WgradSmallArgs {
   DType io;
   float *acc, *db, *xrows, *dyrow;
   double *accd, *dbd;
+  bool buffered = false;  // the bfloat16 dot-product build: dy's pairs always through dyrow
 };
 /// Output rows summed in float32 before the float64 sums take them: the float32 sums run
 /// over at most this many rows' pixels.

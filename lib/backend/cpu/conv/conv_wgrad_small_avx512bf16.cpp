@@ -122,6 +122,75 @@ void interleave(const uint16_t* dy, int64_t Q, uint16_t* dyi) {
     }
 }
 
+/// One output row where a single block takes all its taps (16 or 32 filters): dy's pixel pairs
+/// interleaved in registers as the block uses them (interleave() without its buffer) and the
+/// bias's sums (products with 1) beside the taps'. Each sum takes the same products in the same
+/// order as interleave() then taps_block() and the bias loop, so the bits are theirs.
+template <int K, int TB>
+void row_block(const uint16_t* dy, int64_t Q, const uint16_t* xb, const int64_t* off, float* acc, float* db) {
+  constexpr int V = K / kL;
+  alignas(64) static const uint16_t idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i ix = _mm512_load_si512(idx);
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bfloat16 1.0
+  constexpr __mmask32 kRow = 0xffff;
+  __m512 a[TB][V], b[V];
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t)
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) a[t][v] = _mm512_loadu_ps(acc + t * K + v * kL);
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(db + v * kL);
+  auto step = [&](int64_t h, bool odd_last) {
+    __m512bh d[V];
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      const __m512i lo = _mm512_maskz_loadu_epi16(kRow, dy + 2 * h * K + v * kL);
+      const __m512i hi = odd_last ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(kRow, dy + (2 * h + 1) * K + v * kL);
+      d[v] = (__m512bh)_mm512_permutex2var_epi16(lo, ix, hi);
+      b[v] = _mm512_dpbf16_ps(b[v], ones, d[v]);
+    }
+    const int32_t mask = odd_last ? 0xffff : -1;  // as in taps_block
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) {
+      const __m512bh xp = (__m512bh)_mm512_set1_epi32(pair_at(xb + off[t] + 2 * h) & mask);
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) a[t][v] = _mm512_dpbf16_ps(a[t][v], xp, d[v]);
+    }
+  };
+  const int64_t Qh = (Q + 1) / 2, full = Q / 2;
+  for (int64_t h = 0; h < full; ++h) step(h, false);
+  if (Qh > full) step(full, true);
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t)
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + t * K + v * kL, a[t][v]);
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) _mm512_storeu_ps(db + v * kL, b[v]);
+}
+
+using RowFn = void (*)(const uint16_t*, int64_t, const uint16_t*, const int64_t*, float*, float*);
+
+/// row_block for a block of TB taps, where K has one or two filter vectors (more would spill
+/// the registers beside the sums); null otherwise.
+template <int K>
+RowFn row_for(int TB) {
+  if constexpr (K / kL > 2) {
+    return nullptr;
+  } else {
+    constexpr int M = max_taps(K / kL);
+    if (TB * (K / kL) + 2 * (K / kL) + 4 > 32) return nullptr;  // the sums, dy's pair, the bias's, constants
+    switch (TB) {
+      case M: return &row_block<K, M>;
+      case std::min(M, 9): return &row_block<K, std::min(M, 9)>;
+      case std::min(M, 6): return &row_block<K, std::min(M, 6)>;
+      case std::min(M, 4): return &row_block<K, std::min(M, 4)>;
+      case std::min(M, 3): return &row_block<K, std::min(M, 3)>;
+      default: return nullptr;
+    }
+  }
+}
+
 template <int K>
 void run_k(const WgradSmallArgs& a, int64_t row0, int64_t row1) {
   constexpr int V = K / kL;
@@ -140,8 +209,14 @@ void run_k(const WgradSmallArgs& a, int64_t row0, int64_t row1) {
     off[j] = (r * C + c) * Wb + s;
   }
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bfloat16 1.0
+  const RowFn one_block = Jp == TB && !a.buffered ? row_for<K>(TB) : nullptr;
   for (int64_t row = row0; row < row1; ++row) {
     load_rows(g, x, row / g.P, row % g.P, Wp, Wb, xb);
+    if (one_block) {
+      one_block(dy + row * Q * K, Q, xb, off, a.acc, a.db);
+      if ((row - row0 + 1) % kWgradFlushRows == 0 || row + 1 == row1) wgrad_small_flush(a, J, K, Jp);
+      continue;
+    }
     interleave<K>(dy + row * Q * K, Q, dyi);
     {  // the bias gradient: dy's sums over the row's pixels, as products with 1
       __m512 b[V];
