@@ -54,9 +54,9 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
 }
 
 /// f rounded to t as the kernel rounds its output: where the CPU's VCVTNEPS2BF16 rounds
-/// bfloat16 (cpu::conv_fwd_small_bf16_native()), a float32 subnormal is first a zero of its sign.
+/// bfloat16 (cpu::own_bf16_math()), a float32 subnormal is first a zero of its sign.
 float round_as_kernel(DType t, float f) {
-  if (t == DType::BF16 && cpu::conv_fwd_small_bf16_native() && std::fpclassify(f) == FP_SUBNORMAL)
+  if (t == DType::BF16 && cpu::own_bf16_math() && std::fpclassify(f) == FP_SUBNORMAL)
     f = std::copysign(0.0f, f);
   return round_to(t, f);
 }
@@ -147,7 +147,7 @@ TEST_CASE("few-channel forward convolution: a float32 subnormal output is a zero
   std::vector<float> w(static_cast<size_t>(c.K * 9), 0.0f);
   for (int64_t k = 0; k < c.K; ++k) w[static_cast<size_t>(k * 9)] = std::ldexp(k % 3 == 0 ? -1.0f : 1.0f, -65);
   const std::vector<float> b(static_cast<size_t>(c.K), 0.0f);
-  const bool native = cpu::conv_fwd_small_bf16_native();
+  const bool native = cpu::own_bf16_math();
   INFO((native ? "VCVTNEPS2BF16" : "elem16's formula") << ", kernel ISA " << cpu::conv_fwd_small_isa());
   const std::vector<float> y = run(g, x, w, b, false, DType::BF16, 2);
   for (size_t i = 0; i < y.size(); ++i) {

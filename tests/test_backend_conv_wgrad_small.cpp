@@ -20,6 +20,7 @@
 
 #include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/conv/conv_wgrad_small.h"
+#include "backend/cpu/native16.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
@@ -92,7 +93,7 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
       for (int threads : {1, 2, 3}) {
         const auto [dw, db] = run(g, x, dy, t, threads);
         INFO(threads << " threads"
-                     << (t == DType::BF16 && cpu::conv_wgrad_small_bf16_dot() ? ", bfloat16 dot products" : ""));
+                     << (t == DType::BF16 && cpu::own_bf16_math() ? ", bfloat16 dot products" : ""));
         for (size_t i = 0; i < dw.size(); ++i) {
           const double tol = gamma * mdw[i] + u * std::fabs(rdw[i]) + 1e-30;
           if (!(std::fabs(dw[i] - rdw[i]) <= tol)) FAIL("dw[" << i << "] " << dw[i] << ", reference " << rdw[i]);
@@ -118,7 +119,7 @@ TEST_CASE("few-channel weight gradient: within its float32 summation bound of th
 
 TEST_CASE("few-channel weight gradient on bfloat16 dot products: subnormals, and an infinity at an odd row's end",
           "[backend][cpu][conv]") {
-  if (!cpu::conv_wgrad_small_bf16_dot()) {
+  if (!cpu::own_bf16_math()) {
     WARN("no bfloat16 dot products here (CPU, ONEDNN_MAX_CPU_ISA or MPX_CPU_16BIT=widen): nothing to check");
     return;
   }

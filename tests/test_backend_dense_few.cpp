@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include "backend/cpu/dense/dense_few.h"
+#include "backend/cpu/native16.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
@@ -79,9 +80,9 @@ Vec absv(const std::vector<float>& v) {
 }
 
 /// f rounded to t as the loops round dx: where the CPU's VCVTNEPS2BF16 rounds bfloat16
-/// (cpu::dense_few_bf16_native()), a float32 subnormal is first a zero of its sign.
+/// (cpu::own_bf16_math()), a float32 subnormal is first a zero of its sign.
 float round_as_loops(DType t, float f) {
-  if (t == DType::BF16 && cpu::dense_few_bf16_native() && std::fpclassify(f) == FP_SUBNORMAL)
+  if (t == DType::BF16 && cpu::own_bf16_math() && std::fpclassify(f) == FP_SUBNORMAL)
     f = std::copysign(0.0f, f);
   return round_to(t, f);
 }
@@ -562,7 +563,7 @@ TEST_CASE("bfloat16 dx: a float32 subnormal sum is a zero of its sign where the 
     w[static_cast<size_t>(i)] = std::ldexp(i % 3 == 0 ? -1.0f : 1.0f, -65);  // output 0: tiny
     w[static_cast<size_t>(s.Ci + i)] = i % 2 == 0 ? 1.0f : -1.0f;           // output 1
   }
-  const bool native = cpu::dense_few_bf16_native();
+  const bool native = cpu::own_bf16_math();
   INFO((native ? "VCVTNEPS2BF16" : "elem16's formula") << ", kernel ISA " << cpu::dense_few_isa());
   const std::vector<uint16_t> relu_out(static_cast<size_t>(s.N * s.Ci), 0x3F80);  // bfloat16 1.0
   for (bool relu : {false, true}) {

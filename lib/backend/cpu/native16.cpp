@@ -54,6 +54,8 @@ bool cpu_bf16_dot() {
   return v;
 }
 
+bool own_bf16_math() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
+
 namespace {
 
 bool has_amx_f16() {

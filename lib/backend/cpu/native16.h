@@ -56,6 +56,13 @@ bool dnnl_has_amx_bf16();
 /// Decided once per process.
 bool cpu_bf16_dot();
 
+/// Whether mpx's own bfloat16 kernels use the CPU's bfloat16 instructions: the dot products
+/// (VDPBF16PS, the first layer's weight gradient) and the rounding (VCVTNEPS2BF16, the
+/// few-channel forward and the few-output dense loops; docs/precision.md, "bfloat16 rounded by
+/// the CPU's instruction"): cpu_bf16_dot() and MPX_CPU_16BIT not widen. The one rule of the
+/// *_avx512bf16.cpp builds.
+bool own_bf16_math();
+
 /// The oneDNN data type of t.
 dnnl::memory::data_type dnnl_dtype(DType t);
 

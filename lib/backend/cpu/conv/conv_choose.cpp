@@ -144,7 +144,7 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
                       fmt::format("mpx:few-channels {}, {} rounded once {}", conv_fwd_small_isa(),
                                   dtype_name(q.in),
                                   q.out != DType::BF16            ? "per row"
-                                  : conv_fwd_small_bf16_native() ? "in registers (vcvtneps2bf16)"
+                                  : own_bf16_math() ? "in registers (vcvtneps2bf16)"
                                                                  : "in registers"),
                       "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each output once "
                       "(bfloat16 in registers, float16 per row in cache)")
@@ -175,7 +175,7 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16) {
       conv_wgrad_small_applies(g))
     return pick(ConvKernel::FewChannels,
                 fmt::format("mpx:few-channels {}{}", conv_wgrad_small_isa(),
-                            q.in == DType::BF16 && conv_wgrad_small_bf16_dot()
+                            q.in == DType::BF16 && own_bf16_math()
                                 ? ", bfloat16 dot products (vdpbf16ps)"
                             : is_16bit(q.in) ? fmt::format(", {} rows widened in cache", dtype_name(q.in))
                                              : std::string()),

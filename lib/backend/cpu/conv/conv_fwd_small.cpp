@@ -14,7 +14,6 @@
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
 #include "backend/cpu/native16.h"
-#include "backend/cpu/switches.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -56,13 +55,11 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_fwd_small_isa() { return winograd_isa(); }
 
-bool conv_fwd_small_bf16_native() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
-
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, bool relu, void* y,
                     DType io, float* scratch) {
   const Layout l = layout(g);
   static auto* const by_cpu = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
-  auto* const run = io == DType::BF16 && conv_fwd_small_bf16_native() ? fsmall_avx512bf16::run : by_cpu;
+  auto* const run = io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run : by_cpu;
   const int64_t J = g.R * g.S * g.C, rows = g.N * g.P;
   float* wt = scratch;  // wt[j][k] = w[k][j]
   for (int64_t k = 0; k < g.K; ++k)

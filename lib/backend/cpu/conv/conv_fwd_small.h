@@ -50,11 +50,6 @@ namespace fsmall_avx512 { void run(const FwdSmallArgs& a, int64_t row0, int64_t 
 /// subnormal becomes a zero of its sign).
 namespace fsmall_avx512bf16 { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
 
-/// Whether a bfloat16 output is rounded by the CPU's VCVTNEPS2BF16 (the fsmall_avx512bf16
-/// build: cpu_bf16_dot() and MPX_CPU_16BIT not widen) rather than by elem16's formula, which
-/// keeps subnormals (docs/precision.md, "bfloat16 rounded by the CPU's instruction").
-bool conv_fwd_small_bf16_native();
-
 /// Columns of one widened input row in the thread's buffer: those the output row reads.
 inline int64_t fwd_small_columns(const conv_detail::Geo& g) { return g.Q + g.S - 1; }
 

@@ -55,7 +55,6 @@ size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_wgrad_small_isa() { return winograd_isa(); }
 
-bool conv_wgrad_small_bf16_dot() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
 
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch) {
@@ -66,7 +65,7 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
                       float* scratch, bool dot, bool buffered) {
   const Layout l = layout(g);
   static auto* const widened = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
-  auto* const run = dot && io == DType::BF16 && conv_wgrad_small_bf16_dot() ? wsmall_avx512bf16::run : widened;
+  auto* const run = dot && io == DType::BF16 && own_bf16_math() ? wsmall_avx512bf16::run : widened;
   const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

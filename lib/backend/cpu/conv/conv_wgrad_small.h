@@ -36,11 +36,9 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* conv_wgrad_small_isa();
 
-/// Whether a bfloat16 weight gradient runs on bfloat16 dot products (vdpbf16ps: the CPU has
-/// AVX512-BF16, oneDNN's ISA limit allows avx512_core_bf16 and MPX_CPU_16BIT is not widen)
-/// rather than widening its rows to float32 (docs/precision.md, "The first layer's weight
-/// gradient in bfloat16").
-bool conv_wgrad_small_bf16_dot();
+// A bfloat16 weight gradient runs on bfloat16 dot products where own_bf16_math() (native16.h)
+// allows, else widens its rows to float32 (docs/precision.md, "The first layer's weight
+// gradient in bfloat16").
 
 /// conv_wgrad_small with the bfloat16 dot products allowed (`dot`, where the CPU has them) or
 /// not (the widened rows whatever the CPU: the tests' way to run both). `buffered`: the dot

@@ -104,22 +104,27 @@ void load_rows(const conv_detail::Geo& g, const uint16_t* x, int64_t n, int64_t 
   }
 }
 
+/// (dy[q][k0 + i], dy[q + 1][k0 + i]) for i < 16 as one vector of pairs, from the pixel's 16
+/// filters at p and the next pixel's at p + K, or zeros for the next when `last_odd`.
+template <int K>
+inline __m512i pixel_pair(const uint16_t* p, bool last_odd) {
+  // vpermt2w's index: result element 2i from the first pixel's element i, 2i+1 from the
+  // second's (index 32 + i).
+  alignas(64) static const uint16_t idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  constexpr __mmask32 kRow = 0xffff;  // one vector's 16 filters of a pixel; the upper half zero
+  const __m512i a = _mm512_maskz_loadu_epi16(kRow, p);
+  const __m512i b = last_odd ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(kRow, p + K);
+  return _mm512_permutex2var_epi16(a, _mm512_load_si512(idx), b);
+}
+
 /// dyi[h][k][0..2) = (dy[2h][k], dy[2h+1][k]) for the row's Q pixels, dy[Q][k] = 0 when Q is
 /// odd.
 template <int K>
 void interleave(const uint16_t* dy, int64_t Q, uint16_t* dyi) {
-  // vpermt2w's index: result element 2i from the first row's element i, 2i+1 from the second's
-  // (index 32 + i).
-  alignas(64) static const uint16_t idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i ix = _mm512_load_si512(idx);
-  constexpr __mmask32 kRow = 0xffff;  // one vector's 16 filters of a pixel; the upper half zero
   for (int64_t q = 0; q < Q; q += 2)
-    for (int v = 0; v < K / kL; ++v) {
-      const __m512i a = _mm512_maskz_loadu_epi16(kRow, dy + q * K + v * kL);
-      const __m512i b = q + 1 < Q ? _mm512_maskz_loadu_epi16(kRow, dy + (q + 1) * K + v * kL) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dyi + (q * K + v * 2 * kL), _mm512_permutex2var_epi16(a, ix, b));
-    }
+    for (int v = 0; v < K / kL; ++v)
+      _mm512_storeu_si512(dyi + (q * K + v * 2 * kL), pixel_pair<K>(dy + q * K + v * kL, q + 1 >= Q));
 }
 
 /// One output row where a single block takes all its taps (16 or 32 filters): dy's pixel pairs
@@ -129,11 +134,7 @@ void interleave(const uint16_t* dy, int64_t Q, uint16_t* dyi) {
 template <int K, int TB>
 void row_block(const uint16_t* dy, int64_t Q, const uint16_t* xb, const int64_t* off, float* acc, float* db) {
   constexpr int V = K / kL;
-  alignas(64) static const uint16_t idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i ix = _mm512_load_si512(idx);
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bfloat16 1.0
-  constexpr __mmask32 kRow = 0xffff;
   __m512 a[TB][V], b[V];
 #pragma GCC unroll 16
   for (int t = 0; t < TB; ++t)
@@ -145,9 +146,7 @@ void row_block(const uint16_t* dy, int64_t Q, const uint16_t* xb, const int64_t*
     __m512bh d[V];
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
-      const __m512i lo = _mm512_maskz_loadu_epi16(kRow, dy + 2 * h * K + v * kL);
-      const __m512i hi = odd_last ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(kRow, dy + (2 * h + 1) * K + v * kL);
-      d[v] = (__m512bh)_mm512_permutex2var_epi16(lo, ix, hi);
+      d[v] = (__m512bh)pixel_pair<K>(dy + 2 * h * K + v * kL, odd_last);
       b[v] = _mm512_dpbf16_ps(b[v], ones, d[v]);
     }
     const int32_t mask = odd_last ? 0xffff : -1;  // as in taps_block

@@ -70,7 +70,7 @@ DenseChoice choose_dense(const DenseQuery& q) {
   if (dense_few_enabled() && q.Co <= kDenseFewMaxOut && !reference_loops() && (is_16bit(q.big) || few_f32_wins(q)))
     return pick(DenseKernel::FewOutputs,
                 fmt::format("mpx:few-outputs {}, {} {} in registers{}", dense_few_isa(), dtype_name(q.big), big,
-                            q.pass == DensePass::BackwardData && q.big == DType::BF16 && dense_few_bf16_native()
+                            q.pass == DensePass::BackwardData && q.big == DType::BF16 && own_bf16_math()
                                 ? " (vcvtneps2bf16)"
                                 : ""),
                 is_16bit(q.big)

@@ -14,7 +14,6 @@
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/elem16.h"
 #include "backend/cpu/native16.h"
-#include "backend/cpu/switches.h"
 #include "core/error.h"
 #include "core/half.h"
 
@@ -37,7 +36,7 @@ struct Build {
 };
 
 /// The build for operands of dtype t: by_isa's, or for bfloat16 where the CPU rounds it
-/// (dense_few_bf16_native) the AVX-512 build compiled for AVX512-BF16.
+/// (own_bf16_math) the AVX-512 build compiled for AVX512-BF16.
 const Build& build(DType t) {
   static const Build b = by_isa(
       Build{dfew_base::forward, dfew_base::backward_data, dfew_base::backward_weights, dfew_base::backward},
@@ -45,7 +44,7 @@ const Build& build(DType t) {
       Build{dfew_avx512::forward, dfew_avx512::backward_data, dfew_avx512::backward_weights, dfew_avx512::backward});
   static const Build bf16{dfew_avx512bf16::forward, dfew_avx512bf16::backward_data,
                           dfew_avx512bf16::backward_weights, dfew_avx512bf16::backward};
-  return t == DType::BF16 && dense_few_bf16_native() ? bf16 : b;
+  return t == DType::BF16 && own_bf16_math() ? bf16 : b;
 }
 
 /// Runs f(lo, hi, thread) on each thread's share of [0, n) in units of `unit` (the last share takes the rest).
@@ -63,8 +62,6 @@ void split(int64_t n, int64_t unit, F&& f) {
 }  // namespace
 
 const char* dense_few_isa() { return winograd_isa(); }
-
-bool dense_few_bf16_native() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
 
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
                        float* y) {

@@ -44,12 +44,6 @@ void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType 
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* dense_few_isa();
 
-/// Whether bfloat16 results (dx) are rounded by the CPU's VCVTNEPS2BF16 (the dfew_avx512bf16
-/// build, which runs the bfloat16 calls: cpu_bf16_dot() and MPX_CPU_16BIT not widen) rather
-/// than by elem16's formula, which keeps subnormals (docs/precision.md, "bfloat16 rounded by the
-/// CPU's instruction").
-bool dense_few_bf16_native();
-
 // The per-ISA builds (dense_few.inc): rows [n0, n1) of the forward pass, columns [i0, i1) of
 // the backward-data pass, the weight gradient and both backward passes.
 struct DenseFewArgs {

@@ -4,7 +4,7 @@
 // VCVTNEPS2BF16 (elem16.inc) and, in the backward-data pass, two vectors rounded into one and
 // relu's mask taken from the bfloat16 bits of its output. dense_few.cpp calls it for bfloat16
 // operands only where cpu_bf16_dot() allows and MPX_CPU_16BIT is not widen
-// (dense_few_bf16_native()).
+// (own_bf16_math(), native16.h).
 #include <immintrin.h>
 
 #include <algorithm>
