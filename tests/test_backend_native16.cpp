@@ -297,7 +297,7 @@ TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the sa
   } else if (isa.empty() && amx) {
     CHECK(info.math_bf16 == (mode == "native" ? std::string("native bf16 (avx512_core_amx)")
                                               : std::string("native bf16 (avx512_core_amx); mpx's few-channel "
-                                                            "forward for one input channel")));
+                                                            "forward and weight gradient for one input channel")));
     CHECK(info.native_bf16);
   }
   if (mode.empty() || mode == "auto") {
@@ -344,7 +344,8 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
       const int64_t P = p.out_h(static_cast<int>(c.H)), Q = p.out_w(static_cast<int>(c.W));
       const Shape xs{c.N, c.H, c.W, c.C}, ws{c.K, c.R, c.R, c.C}, ys{c.N, P, Q, c.K};
       Tensor x = e.rand(rng, DType::BF16, xs, nullptr), w = e.rand(rng, DType::BF16, ws, nullptr);
-      Tensor dy = e.rand(rng, DType::BF16, ys, nullptr);
+      std::vector<float> dyv;
+      Tensor dy = e.rand(rng, DType::BF16, ys, &dyv);
       Tensor y = e.make(DType::BF16, ys), dx = e.make(DType::BF16, xs), dw = e.make(DType::BF16, ws);
       auto ran_native = [&](const std::string& op) {
         for (const KernelChoice& k : e.be->kernels())
@@ -380,28 +381,31 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
   }
 }
 
-TEST_CASE("bfloat16 with AMX: a one-channel forward takes mpx's few-channel kernel, every other pass oneDNN's",
+TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx's kernels, every other pass oneDNN's",
           "[backend][cpu][native16]") {
   Dev d;
   const std::string text = math_text(*d.be, DType::BF16);
-  if (text.find("few-channel forward for one input channel") == std::string::npos) {
+  if (text.find("few-channel forward and weight gradient for one input channel") == std::string::npos) {
     WARN("not run: bfloat16 here is " << text);
     return;
   }
   // oneDNN runs its avx512_core_bf16 kernel for one input channel, not an AMX one
-  // (docs/precision.md): the forward goes to mpx where its few-channel kernel applies (16, 32
-  // or 64 filters, relu or none); 3 channels, 48 filters, GELU and the other passes stay native.
+  // (docs/cpu-performance.md): the forward goes to mpx where its few-channel kernel applies
+  // (16, 32 or 64 filters, relu or none), and so does the weight gradient (16, 32 or 64
+  // filters, any activation: it is the same pass); 3 channels, 48 filters and the
+  // backward-data pass stay native, and so does a GELU layer's forward.
   struct Case {
     const char* name;
     int64_t C, K;
     Activation act;
-    bool own_fwd;
+    bool own_fwd, own_wgrad;
   };
-  const Case cases[] = {{"1 channel, 32 filters, relu", 1, 32, Activation::Relu, true},
-                        {"1 channel, 64 filters, linear", 1, 64, Activation::None, true},
-                        {"3 channels, 64 filters", 3, 64, Activation::Relu, false},
-                        {"1 channel, 48 filters", 1, 48, Activation::Relu, false},
-                        {"1 channel, 32 filters, gelu", 1, 32, Activation(ActKind::Gelu), false}};
+  const Case cases[] = {{"1 channel, 32 filters, relu", 1, 32, Activation::Relu, true, true},
+                        {"1 channel, 64 filters, linear", 1, 64, Activation::None, true, true},
+                        {"1 channel, 16 filters, relu", 1, 16, Activation::Relu, true, true},
+                        {"3 channels, 64 filters", 3, 64, Activation::Relu, false, false},
+                        {"1 channel, 48 filters", 1, 48, Activation::Relu, false, false},
+                        {"1 channel, 32 filters, gelu", 1, 32, Activation(ActKind::Gelu), false, true}};
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
       Dev e;
@@ -411,7 +415,8 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward takes mpx's few-channel kern
       const Shape xs{2, 12, 12, c.C}, ws{c.K, 3, 3, c.C}, ys{2, 10, 10, c.K};
       std::vector<float> xv, wv;
       Tensor x = e.rand(rng, DType::BF16, xs, &xv), w = e.rand(rng, DType::BF16, ws, &wv);
-      Tensor dy = e.rand(rng, DType::BF16, ys, nullptr);
+      std::vector<float> dyv;
+      Tensor dy = e.rand(rng, DType::BF16, ys, &dyv);
       Tensor y = e.make(DType::BF16, ys), dx = e.make(DType::BF16, xs), dw = e.make(DType::BF16, ws);
       e.be->conv2d_forward(p, x, w, Tensor(), y, c.act);
       std::string fwd;  // the op reads "convolution forward bfloat16 for ..." on oneDNN's kernel
@@ -428,9 +433,31 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward takes mpx's few-channel kern
                                                nullptr, c.act),
                            DType::BF16);
       e.be->conv2d_backward_data(p, dy, w, dx);
-      e.be->conv2d_backward_filter(p, x, dy, dw, Tensor());
+      Tensor db = e.make(DType::BF16, Shape{c.K});
+      e.be->conv2d_backward_filter(p, x, dy, dw, db);
+      std::string wgrad;
+      for (const KernelChoice& k : e.be->kernels())
+        if (k.op.rfind("convolution backward weights", 0) == 0) wgrad = k.impl;
+      const char* wsw = std::getenv("MPX_CONV_WGRAD");  // onednn or gemm: never mpx's few-channel kernel
+      const bool own_w = c.own_wgrad && !(wsw && (std::string(wsw) == "onednn" || std::string(wsw) == "gemm"));
+      INFO("weight gradient ran " << wgrad);
+      CHECK((wgrad.rfind("mpx:few-channels", 0) == 0) == own_w);
+      if (own_w) CHECK(wgrad.find("vdpbf16ps") != std::string::npos);
+      if (!own_w) CHECK(wgrad.rfind("widened", 0) != 0);
+      // Either kernel is within the bound of the float64 reference (dw and db rounded once to
+      // bfloat16), and of the float32 op on the same values.
+      const ref::ConvDims rd = ref::conv_dims(p, 2, 12, 12, c.C, c.K);
+      Vec rdb, mdb;
+      const Vec rdw = ref::conv2d_backward_filter(p, rd, widen(xv), widen(dyv), &rdb);
+      const Vec mdw = ref::conv2d_backward_filter(p, rd, absv(xv), absv(dyv), &mdb);
+      Tensor x32 = e.make(DType::F32, xs), dy32 = e.make(DType::F32, ys);
+      Tensor dw32 = e.make(DType::F32, ws), db32 = e.make(DType::F32, Shape{c.K});
+      e.put(x32, xv), e.put(dy32, dyv);
+      e.be->conv2d_backward_filter(p, x32, dy32, dw32, db32);
+      check_bound("dw", e.get(dw), rounded(e.get(dw32), DType::BF16), {rdw, mdw, 2 * 10 * 10, DType::BF16});
+      check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, 2 * 10 * 10, DType::BF16});
       const Math16Report r = e.be->math16().at(0);
-      CHECK(r.native_ops == (own ? 2 : 3));
+      CHECK(r.native_ops == 3 - (own ? 1 : 0) - (own_w ? 1 : 0));
     }
   }
 }

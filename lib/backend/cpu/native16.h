@@ -27,8 +27,9 @@ struct Path16 {
   bool per_shape = false;
   /// With AMX-BF16 (MPX_CPU_16BIT unset or auto): oneDNN has no AMX kernel for the forward
   /// pass of a convolution with one input channel and runs its avx512_core_bf16 one, which
-  /// mpx's few-channel forward beats; that pass and shape take mpx's kernel (conv_choose.cpp).
-  bool one_channel_forward_own = false;
+  /// mpx's few-channel forward beats, and its AMX weight gradient of such a layer loses to
+  /// mpx's bfloat16 dot products; those passes take mpx's kernels (conv_choose.cpp).
+  bool one_channel_own = false;
 };
 
 /// The path of 16-bit dtype t (F16 or BF16) on this CPU; F32 gets native = false.

@@ -86,8 +86,13 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
   }
   if (path.per_shape && !native16_wins(q)) return false;
   // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
-  // few-channel forward beats (docs/precision.md, "16-bit arithmetic on the CPU").
-  if (path.one_channel_forward_own && q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q))
+  // few-channel forward beats, and an AMX weight gradient slower than mpx's bfloat16 dot
+  // products (docs/cpu-performance.md, "The first layer's forward pass").
+  if (path.one_channel_own && q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q))
+    return false;
+  if (path.one_channel_own && q.pass == ConvPass::BackwardFilter && q.g.C == 1 && own_bf16_math() &&
+      q.in == q.out && conv_wgrad_small_applies(q.g) &&
+      (wgrad_mode() == WgradMode::Default || wgrad_mode() == WgradMode::Auto))
     return false;
   return true;
 }
