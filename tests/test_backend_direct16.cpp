@@ -11,9 +11,12 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/pool/pool_tiled.h"
 #include "core/half.h"
 #include "support/backend_check.h"
 #include "support/reference.h"
@@ -222,4 +225,56 @@ TEST_CASE("16-bit global average pooling: within float32 summation of the float6
       INFO("image " << n << ", channel " << c);
       REQUIRE(std::fabs(v - ref) <= tol);
     }
+}
+
+TEST_CASE("bfloat16 global average pooling: the documented float32 order, bit for bit, in every vector build",
+          "[backend][cpu][direct16]") {
+  // Blocks of kGapRows rows (pool_tiled.h), each block's rows added in order to its first
+  // row, the blocks' sums added in order to 0, then one product by 1/HW. The kernel's float32
+  // output is compared, so that a different order shows: the values span 2^-12..2^12, whose
+  // float32 sums round. C = 300: more than one chunk of 256 channels; HW = 143: a partial
+  // block.
+  const int64_t N = 3, H = 13, W = 11, C = 300, HW = H * W;
+  Rng rng(89);
+  std::vector<uint16_t> xb(static_cast<size_t>(N * HW * C));
+  std::vector<float> xv(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    const float v = std::ldexp(static_cast<float>(rng.uniform(-1, 1)), static_cast<int>(rng.uniform(-12, 12)));
+    xb[i] = f32_to_bf16(v);
+    xv[i] = bf16_to_f32(xb[i]);
+  }
+  std::vector<float> want(static_cast<size_t>(N * C));
+  const float inv = 1.0f / static_cast<float>(HW);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      float acc = 0.0f;
+      for (int64_t i0 = 0; i0 < HW; i0 += cpu::kGapRows) {
+        float part = xv[static_cast<size_t>((n * HW + i0) * C + c)];
+        for (int64_t r = 1; r < cpu::kGapRows && i0 + r < HW; ++r)
+          part += xv[static_cast<size_t>((n * HW + i0 + r) * C + c)];
+        acc += part;
+      }
+      want[static_cast<size_t>(n * C + c)] = acc * inv;
+    }
+  // The widest build, then capped at AVX2, then the baseline build (the switches are read at
+  // each call), at 1 and 2 threads.
+  const std::pair<const char*, const char*> builds[] = {{"", ""}, {"MPX_CPU_POOL_ISA", "avx2"}, {"MPX_CPU_BASELINE", "1"}};
+  const int saved = omp_get_max_threads();
+  for (const auto& [name, value] : builds)
+    for (int threads : {1, 2}) {
+      if (*name) ::setenv(name, value, 1);
+      omp_set_num_threads(threads);
+      std::vector<float> got(want.size(), -1.0f);
+      cpu::gap_forward_bf16_dispatch(N, HW, C, xb.data(), got.data());
+      omp_set_num_threads(saved);
+      if (*name) ::unsetenv(name);
+      INFO("switch " << (*name ? name : "(none)") << ", " << threads << " threads");
+      support::check_exact("gap_forward_bf16", got, want);
+    }
+  // Through the op: the same sums rounded once to bfloat16.
+  Dev d;
+  Tensor x = d.make(DType::BF16, Shape{N, H, W, C}), y = d.make(DType::BF16, Shape{N, C});
+  d.put(x, xv);
+  d.be->global_avg_pool_forward(x, y);
+  support::check_exact("global_avg_pool_forward", d.get(y), rounded(want, DType::BF16));
 }

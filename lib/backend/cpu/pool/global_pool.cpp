@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/pool/pool_tiled.h"
 
 namespace mpx::cpu {
 
@@ -17,9 +18,10 @@ namespace {
 // 16-bit global average pooling: each thread widens a block of an image's rows into a buffer
 // that stays in its cache and sums it there, so the input is read once and no float32 copy of
 // it is written (docs/cpu-performance.md, "16-bit without native math"). Each block's rows are
-// summed first, then the blocks in order: float32 sums of at most kGapRows terms, and the
-// result does not depend on the thread count.
-constexpr int64_t kGapRows = 32;
+// summed first, then the blocks in order (kGapRows, pool_tiled.h): float32 sums of at most
+// kGapRows terms, and the result does not depend on the thread count. bfloat16 takes the
+// same sums in the vector build of pool_tiled.inc, widening in registers; float16 (which
+// needs F16C to widen) stays here.
 
 void gap_forward_16(Context& ctx, const Tensor& x, const Tensor& y) {
   const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
@@ -59,6 +61,12 @@ void gap_forward_16(Context& ctx, const Tensor& x, const Tensor& y) {
 
 void global_avg_pool_forward(Context& ctx, const Tensor& x, const Tensor& y) {
   const int64_t N = x.shape[0], HW = x.shape[1] * x.shape[2], C = x.shape[3];
+  if (x.dtype == DType::BF16 && !reference_loops()) {
+    float* yf = f32_out(ctx, kSlotY, y);
+    gap_forward_bf16_dispatch(N, HW, C, static_cast<const uint16_t*>(x.data), yf);
+    f32_commit(yf, y);
+    return;
+  }
   if (is_16bit(x.dtype) && !reference_loops()) {
     gap_forward_16(ctx, x, y);
     return;

@@ -165,6 +165,14 @@ void avg_pool_dnnl(Context& ctx, const AvgGeo& a, const float* in, float* out, b
 
 }  // namespace
 
+void gap_forward_bf16_dispatch(int64_t N, int64_t HW, int64_t C, const uint16_t* x, float* y) {
+  switch (pool_isa()) {
+    case PoolIsa::Avx512: return avx512::gap_forward_bf16(N, HW, C, x, y);
+    case PoolIsa::Avx2: return avx2::gap_forward_bf16(N, HW, C, x, y);
+    case PoolIsa::Base: return base::gap_forward_bf16(N, HW, C, x, y);
+  }
+}
+
 void global_avg_pool_dnnl(Context& ctx, const Shape& x, const float* xf, float* yf) {
   avg_pool_dnnl(ctx, gap_geo(x), xf, yf, false);
 }

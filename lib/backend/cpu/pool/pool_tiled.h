@@ -14,6 +14,11 @@ struct TiledGeo {
   int64_t N, H, W, C, P, Q, R, S;
 };
 
+/// Global average pooling's 16-bit forward sums each image's rows in blocks of this many,
+/// then the blocks in order (global_pool.cpp): float32 sums of at most kGapRows terms, the
+/// same whatever the thread count or the build.
+constexpr int64_t kGapRows = 32;
+
 // Every tensor of a call holds elements of dtype t: F32, BF16 or F16; argmax (y's shape) the
 // window position r * S + s of each output's first maximum.
 #define MPX_TILED_MAX_DECL(ns)                                                                             \
@@ -25,9 +30,14 @@ struct TiledGeo {
   /** The backward from the forward's argmax and y (relu: dy passes only where y > 0). */                \
   void tiled_max_backward_argmax(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy,  \
                                  void* dx, bool relu, DType t);                                            \
+  /** Global average pooling of bfloat16 x [N, HW, C] into float32 y [N, C]. */                           \
+  void gap_forward_bf16(int64_t N, int64_t HW, int64_t C, const uint16_t* x, float* y);                    \
   }
 MPX_TILED_MAX_DECL(avx2)
 MPX_TILED_MAX_DECL(avx512)
 #undef MPX_TILED_MAX_DECL
+
+/// gap_forward_bf16 in the build pool.cpp picks for the CPU (as it picks max pooling's).
+void gap_forward_bf16_dispatch(int64_t N, int64_t HW, int64_t C, const uint16_t* x, float* y);
 
 }  // namespace mpx::cpu
