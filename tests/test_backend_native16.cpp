@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "support/backend_check.h"
 #include "support/reference.h"
+#include "support/winograd_bound.h"
 
 using namespace mpx;
 using ref::Vec;
@@ -297,7 +298,8 @@ TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the sa
   } else if (isa.empty() && amx) {
     CHECK(info.math_bf16 == (mode == "native" ? std::string("native bf16 (avx512_core_amx)")
                                               : std::string("native bf16 (avx512_core_amx); mpx's few-channel "
-                                                            "forward and weight gradient for one input channel")));
+                                                            "forward and weight gradient for one input channel, Winograd weight "
+                                                            "gradient under 7x7 outputs")));
     CHECK(info.native_bf16);
   }
   if (mode.empty() || mode == "auto") {
@@ -458,6 +460,81 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
       check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, 2 * 10 * 10, DType::BF16});
       const Math16Report r = e.be->math16().at(0);
       CHECK(r.native_ops == 3 - (own ? 1 : 0) - (own_w ? 1 : 0));
+    }
+  }
+}
+
+TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes mpx's Winograd, larger ones oneDNN's",
+          "[backend][cpu][native16]") {
+  Dev d0;
+  const std::string text = math_text(*d0.be, DType::BF16);
+  if (text.find("Winograd weight gradient under 7x7 outputs") == std::string::npos) {
+    WARN("not run: bfloat16 here is " << text);
+    return;
+  }
+  // oneDNN's AMX weight gradient of a 3x3 layer with small outputs took twice mpx's Winograd
+  // (docs/cpu-performance.md): under 7x7 outputs the pass goes to Winograd, bfloat16 in its
+  // transforms; at 7x7 and up, and for other filters, it stays on oneDNN.
+  struct Case {
+    const char* name;
+    int64_t H, C, K, R;
+    bool winograd;
+  };
+  const Case cases[] = {{"3x3 outputs, 32 -> 32", 3, 32, 32, 3, true},
+                        {"6x6 outputs, 16 -> 48", 6, 16, 48, 3, true},
+                        {"7x7 outputs, 16 -> 16", 7, 16, 16, 3, false},
+                        {"5x5 outputs, 1x1 filters", 5, 16, 16, 1, false}};
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      Dev e;
+      Rng rng(59);
+      Conv2dParams p;
+      p.R = p.S = static_cast<int>(c.R);
+      p.pad_top = p.pad_left = p.pad_bottom = p.pad_right = static_cast<int>(c.R / 2);
+      const int64_t N = 3;
+      const Shape xs{N, c.H, c.H, c.C}, ws{c.K, c.R, c.R, c.C}, ys{N, c.H, c.H, c.K};
+      std::vector<float> xv, dyv;
+      Tensor x = e.rand(rng, DType::BF16, xs, &xv), dy = e.rand(rng, DType::BF16, ys, &dyv);
+      Tensor dw = e.make(DType::BF16, ws), db = e.make(DType::BF16, Shape{c.K});
+      e.be->conv2d_backward_filter(p, x, dy, dw, db);
+      std::string wgrad;
+      for (const KernelChoice& k : e.be->kernels())
+        if (k.op.rfind("convolution backward weights", 0) == 0) wgrad = k.impl;
+      // MPX_CONV_WGRAD=onednn or gemm, or Winograd switched off: never Winograd here.
+      const char* wsw = std::getenv("MPX_CONV_WGRAD");
+      const char* wino = std::getenv("MPX_CONV_WINOGRAD");
+      const bool want = c.winograd && !(wsw && (std::string(wsw) == "onednn" || std::string(wsw) == "gemm")) &&
+                        !(wino && std::string(wino) == "off");
+      INFO("weight gradient ran " << wgrad);
+      CHECK((wgrad.rfind("winograd:", 0) == 0) == want);
+      if (want) CHECK(wgrad.find("bfloat16 in the transforms") != std::string::npos);
+      const ref::ConvDims rd = ref::conv_dims(p, N, c.H, c.H, c.C, c.K);
+      Vec rdb, mdb;
+      const Vec rdw = ref::conv2d_backward_filter(p, rd, widen(xv), widen(dyv), &rdb);
+      const Vec mdw = ref::conv2d_backward_filter(p, rd, absv(xv), absv(dyv), &mdb);
+      Tensor x32 = e.make(DType::F32, xs), dy32 = e.make(DType::F32, ys);
+      Tensor dw32 = e.make(DType::F32, ws), db32 = e.make(DType::F32, Shape{c.K});
+      e.put(x32, xv), e.put(dy32, dyv);
+      e.be->conv2d_backward_filter(p, x32, dy32, dw32, db32);
+      const int64_t n = N * c.H * c.H;
+      if (want) {
+        // Winograd's bound (support/winograd_bound.h): float32 sums over the tiles through the
+        // transforms, |error| <= gamma_(tiles+20) Y_abs, then one rounding to bfloat16.
+        const int64_t tiles = N * ((c.H + 3) / 4) * ((c.H + 3) / 4);
+        const Vec yabs = support::winograd::abs_winograd_wgrad(4, N, c.H, c.H, c.C, c.H, c.H, c.K, 1, 1, widen(xv),
+                                                               widen(dyv));
+        const double g = std::ldexp(1.0, -24) * static_cast<double>(tiles + 20), u = std::ldexp(1.0, -8);
+        const std::vector<float> got = e.get(dw);
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double tol = u * std::fabs(rdw[i]) + (1 + u) * g / (1 - g) * yabs[i];
+          if (!(std::fabs(got[i] - rdw[i]) <= tol))
+            FAIL("dw: element " << i << " is " << got[i] << ", float64 reference " << rdw[i] << ", bound " << tol);
+        }
+        check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, n, DType::BF16});
+      } else {
+        check_bound("dw", e.get(dw), rounded(e.get(dw32), DType::BF16), {rdw, mdw, n, DType::BF16});
+        check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, n, DType::BF16});
+      }
     }
   }
 }

@@ -147,7 +147,7 @@ class CpuBackend final : public Backend {
       r.native_ops = native, r.widened_ops = widened;
       r.path = widened == 0 ? "native" : native == 0 ? "widened" : "mixed";
       r.detail = path16(t).text;
-      if (path16(t).per_shape || path16(t).one_channel_own) {  // the choosers took them for some shapes only
+      if (path16(t).per_shape || path16(t).amx_own) {  // the choosers took them for some shapes only
         if (native == 0) r.detail = fmt::format("widened to float32 (for these shapes; {})", path16(t).text);
         if (native > 0 && widened > 0)
           r.detail += fmt::format("; {} of {} ops widened to float32 (see the kernels)", widened, native + widened);

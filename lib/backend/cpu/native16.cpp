@@ -107,8 +107,9 @@ Path16 decide(DType t) {
                          : (fast ? "avx512_core_amx_fp16" : "avx512_core_fp16");
   Path16 p{true, fmt::format("native {} ({})", name, level)};
   if (bf && fast && mode() == Mode::Auto) {
-    p.one_channel_own = true;
-    p.text += "; mpx's few-channel forward and weight gradient for one input channel";
+    p.amx_own = true;
+    p.text += "; mpx's few-channel forward and weight gradient for one input channel, Winograd weight gradient "
+              "under 7x7 outputs";
   }
   return p;
 }

@@ -25,11 +25,12 @@ struct Path16 {
   /// Only for the ops and shapes where the family's chooser says they beat the widened path
   /// (conv_choose.h, dense_choose.h); the others are widened.
   bool per_shape = false;
-  /// With AMX-BF16 (MPX_CPU_16BIT unset or auto): oneDNN has no AMX kernel for the forward
-  /// pass of a convolution with one input channel and runs its avx512_core_bf16 one, which
-  /// mpx's few-channel forward beats, and its AMX weight gradient of such a layer loses to
-  /// mpx's bfloat16 dot products; those passes take mpx's kernels (conv_choose.cpp).
-  bool one_channel_own = false;
+  /// With AMX-BF16 (MPX_CPU_16BIT unset or auto), the passes and shapes where mpx's kernels
+  /// beat oneDNN's take them (conv_choose.cpp): a convolution with one input channel, whose
+  /// forward oneDNN runs on its avx512_core_bf16 kernel and whose AMX weight gradient loses to
+  /// mpx's bfloat16 dot products; and the weight gradient of a 3x3 stride-1 layer with outputs
+  /// under 7x7, where mpx's Winograd beats oneDNN's AMX kernel.
+  bool amx_own = false;
 };
 
 /// The path of 16-bit dtype t (F16 or BF16) on this CPU; F32 gets native = false.

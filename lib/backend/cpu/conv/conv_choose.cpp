@@ -85,15 +85,20 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
     return false;
   }
   if (path.per_shape && !native16_wins(q)) return false;
-  // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
-  // few-channel forward beats, and an AMX weight gradient slower than mpx's bfloat16 dot
-  // products (docs/cpu-performance.md, "The first layer's forward pass").
-  if (path.one_channel_own && q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q))
-    return false;
-  if (path.one_channel_own && q.pass == ConvPass::BackwardFilter && q.g.C == 1 && own_bf16_math() &&
-      q.in == q.out && conv_wgrad_small_applies(q.g) &&
-      (wgrad_mode() == WgradMode::Default || wgrad_mode() == WgradMode::Auto))
-    return false;
+  if (path.amx_own) {
+    // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
+    // few-channel forward beats, and an AMX weight gradient slower than mpx's bfloat16 dot
+    // products (docs/cpu-performance.md, "The first layer's forward pass").
+    if (q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q)) return false;
+    const WgradMode mode = wgrad_mode();
+    const bool own_wgrad = q.pass == ConvPass::BackwardFilter && q.in == q.out &&
+                           (mode == WgradMode::Default || mode == WgradMode::Auto);
+    if (own_wgrad && q.g.C == 1 && own_bf16_math() && conv_wgrad_small_applies(q.g)) return false;
+    // The AMX weight gradient of a 3x3 layer with small outputs does far more work than its
+    // forward pass; mpx's Winograd (bfloat16 in its transforms) took half its time at 3x3 and
+    // tied at 7x7 (docs/cpu-performance.md, "When it runs").
+    if (own_wgrad && std::min(q.g.P, q.g.Q) < 7 && winograd_tile(q.p, q.g, true, q.configured) > 0) return false;
+  }
   return true;
 }
 
