@@ -84,6 +84,21 @@ std::vector<float> rounded(const std::vector<float>& v, DType t) {
 /// The math text the backend reports for t ("native ..." or "widened to float32 (...)").
 std::string math_text(Backend& be, DType t) { return t == DType::BF16 ? be.info().math_bf16 : be.info().math_f16; }
 
+/// The implementation of the last op run on be whose name starts with op ("" if none).
+std::string last_impl(Backend& be, const std::string& op) {
+  std::string impl;
+  for (const KernelChoice& k : be.kernels())
+    if (k.op.rfind(op, 0) == 0) impl = k.impl;
+  return impl;
+}
+
+/// Whether MPX_CONV_WGRAD keeps every weight gradient that does not run Winograd on oneDNN
+/// (onednn) or on the GEMM kernel (gemm): then the AMX path gives none of them to mpx.
+bool wgrad_switch_set() {
+  const char* v = std::getenv("MPX_CONV_WGRAD");
+  return v && (std::string(v) == "onednn" || std::string(v) == "gemm");
+}
+
 /// Whether the path of this text is native for some passes and shapes only (bfloat16 on
 /// AVX512-BF16 without AMX: the choosers' rule, docs/precision.md).
 bool per_shape(const std::string& text) { return text.find(" per shape (") != std::string::npos; }
@@ -421,9 +436,8 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
       Tensor dy = e.rand(rng, DType::BF16, ys, &dyv);
       Tensor y = e.make(DType::BF16, ys), dx = e.make(DType::BF16, xs), dw = e.make(DType::BF16, ws);
       e.be->conv2d_forward(p, x, w, Tensor(), y, c.act);
-      std::string fwd;  // the op reads "convolution forward bfloat16 for ..." on oneDNN's kernel
-      for (const KernelChoice& k : e.be->kernels())
-        if (k.op.rfind("convolution forward", 0) == 0) fwd = k.impl;
+      // The op reads "convolution forward bfloat16 for ..." on oneDNN's kernel.
+      const std::string fwd = last_impl(*e.be, "convolution forward");
       const char* sw = std::getenv("MPX_CONV_FORWARD");  // onednn: never mpx's forward
       const bool own = c.own_fwd && !(sw && std::string(sw) == "onednn");
       INFO("forward ran " << fwd);
@@ -437,11 +451,8 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
       e.be->conv2d_backward_data(p, dy, w, dx);
       Tensor db = e.make(DType::BF16, Shape{c.K});
       e.be->conv2d_backward_filter(p, x, dy, dw, db);
-      std::string wgrad;
-      for (const KernelChoice& k : e.be->kernels())
-        if (k.op.rfind("convolution backward weights", 0) == 0) wgrad = k.impl;
-      const char* wsw = std::getenv("MPX_CONV_WGRAD");  // onednn or gemm: never mpx's few-channel kernel
-      const bool own_w = c.own_wgrad && !(wsw && (std::string(wsw) == "onednn" || std::string(wsw) == "gemm"));
+      const std::string wgrad = last_impl(*e.be, "convolution backward weights");
+      const bool own_w = c.own_wgrad && !wgrad_switch_set();
       INFO("weight gradient ran " << wgrad);
       CHECK((wgrad.rfind("mpx:few-channels", 0) == 0) == own_w);
       if (own_w) CHECK(wgrad.find("vdpbf16ps") != std::string::npos);
@@ -497,14 +508,9 @@ TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes
       Tensor x = e.rand(rng, DType::BF16, xs, &xv), dy = e.rand(rng, DType::BF16, ys, &dyv);
       Tensor dw = e.make(DType::BF16, ws), db = e.make(DType::BF16, Shape{c.K});
       e.be->conv2d_backward_filter(p, x, dy, dw, db);
-      std::string wgrad;
-      for (const KernelChoice& k : e.be->kernels())
-        if (k.op.rfind("convolution backward weights", 0) == 0) wgrad = k.impl;
-      // MPX_CONV_WGRAD=onednn or gemm, or Winograd switched off: never Winograd here.
-      const char* wsw = std::getenv("MPX_CONV_WGRAD");
-      const char* wino = std::getenv("MPX_CONV_WINOGRAD");
-      const bool want = c.winograd && !(wsw && (std::string(wsw) == "onednn" || std::string(wsw) == "gemm")) &&
-                        !(wino && std::string(wino) == "off");
+      const std::string wgrad = last_impl(*e.be, "convolution backward weights");
+      const char* wino = std::getenv("MPX_CONV_WINOGRAD");  // off: never Winograd here
+      const bool want = c.winograd && !wgrad_switch_set() && !(wino && std::string(wino) == "off");
       INFO("weight gradient ran " << wgrad);
       CHECK((wgrad.rfind("winograd:", 0) == 0) == want);
       if (want) CHECK(wgrad.find("bfloat16 in the transforms") != std::string::npos);
