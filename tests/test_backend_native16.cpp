@@ -84,6 +84,15 @@ std::vector<float> rounded(const std::vector<float>& v, DType t) {
 /// The math text the backend reports for t ("native ..." or "widened to float32 (...)").
 std::string math_text(Backend& be, DType t) { return t == DType::BF16 ? be.info().math_bf16 : be.info().math_f16; }
 
+/// Whether bfloat16's path text here names this AMX rule; WARNs and answers false if not (the
+/// test case then has nothing to check on this CPU or under these switches).
+bool amx_rule_here(Backend& be, const char* rule) {
+  const std::string text = math_text(be, DType::BF16);
+  if (text.find(rule) != std::string::npos) return true;
+  WARN("not run: bfloat16 here is " << text);
+  return false;
+}
+
 /// The implementation of the last op run on be whose name starts with op ("" if none).
 std::string last_impl(Backend& be, const std::string& op) {
   std::string impl;
@@ -401,11 +410,7 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
 TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx's kernels, every other pass oneDNN's",
           "[backend][cpu][native16]") {
   Dev d;
-  const std::string text = math_text(*d.be, DType::BF16);
-  if (text.find("few-channel forward and weight gradient for one input channel") == std::string::npos) {
-    WARN("not run: bfloat16 here is " << text);
-    return;
-  }
+  if (!amx_rule_here(*d.be, "few-channel forward and weight gradient for one input channel")) return;
   // oneDNN runs its avx512_core_bf16 kernel for one input channel, not an AMX one
   // (docs/cpu-performance.md): the forward goes to mpx where its few-channel kernel applies
   // (16, 32 or 64 filters, relu or none), and so does the weight gradient (16, 32 or 64
@@ -478,11 +483,7 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
 TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes mpx's Winograd, larger ones oneDNN's",
           "[backend][cpu][native16]") {
   Dev d0;
-  const std::string text = math_text(*d0.be, DType::BF16);
-  if (text.find("Winograd weight gradient under 7x7 outputs") == std::string::npos) {
-    WARN("not run: bfloat16 here is " << text);
-    return;
-  }
+  if (!amx_rule_here(*d0.be, "Winograd weight gradient under 7x7 outputs")) return;
   // oneDNN's AMX weight gradient of a 3x3 layer with small outputs took twice mpx's Winograd
   // (docs/cpu-performance.md): under 7x7 outputs the pass goes to Winograd, bfloat16 in its
   // transforms; at 7x7 and up, and for other filters, it stays on oneDNN.

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/half.h"
 
 namespace mpx::cpu {
 
