@@ -25,9 +25,11 @@
 // AVX-512 (a target attribute per build), and the widest that both the CPU and oneDNN's ISA
 // limit (ONEDNN_MAX_CPU_ISA) allow runs (kernel_isa(), as for Winograd); MPX_CPU_BASELINE=1
 // forces the baseline build. This file is compiled with -ffp-contract=off, so no build fuses
-// a multiply and an add: each element goes through the same float32 operations in every
-// build, and the builds give the same bits (test_backend_isa), so a result never depends on
-// the CPU it ran on (docs/cpu-performance.md, "Activations").
+// a multiply and an add that the formulas do not fuse themselves (fma_f, fused in every build:
+// the AVX2 and AVX-512 targets include FMA, the baseline calls fmaf): each element goes
+// through the same float32 operations in every build, and the builds give the same bits
+// (test_backend_isa), so a result never depends on the CPU it ran on (docs/cpu-performance.md,
+// "Activations").
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -124,8 +126,8 @@ __attribute__((always_inline)) inline uint16_t relu_grad_bf16(uint16_t y, uint16
     for (int64_t i = 0; i < n; ++i) dx[i] = relu_grad_bf16(y[i], dy[i]);                      \
   }
 MPX_ACT_LOOPS(base, )
-MPX_ACT_LOOPS(avx2, __attribute__((target("avx2"))))
-MPX_ACT_LOOPS(avx512, __attribute__((target("avx512f"))))
+MPX_ACT_LOOPS(avx2, __attribute__((target("avx2,fma"))))
+MPX_ACT_LOOPS(avx512, __attribute__((target("avx512f,fma"))))
 #undef MPX_ACT_LOOPS
 
 /// The build the loops run: kernel_isa() (native16.h), the baseline under MPX_CPU_BASELINE=1
