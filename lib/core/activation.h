@@ -156,9 +156,10 @@ MPX_ACT_FN float pow2i(int32_t n) {
 #endif
 }
 
-/// e^x within about 1 ulp (at most 1.003 over [-87, 88] against double): e^x = 2^n e^r with n = round(x / ln 2) (the 1.5 * 2^23 trick),
-/// r = x - n ln 2 in two parts (Cody-Waite), e^r by Cephes' expf polynomial, and 2^n as
-/// two factors so that every n in [-151, 129] is exact: inf above 88.72, subnormals below
+/// e^x within about 1 ulp (at most 1.003 over [-87, 88] against double): e^x = 2^n e^r
+/// with n = round(x / ln 2) (the 1.5 * 2^23 trick), r = x - n ln 2 in two parts
+/// (Cody-Waite), e^r by Cephes' expf polynomial, and 2^n as two factors so that every n in
+/// [-151, 129] is exact: inf above 88.72, subnormals below
 /// -87.34, 0 below -103.97, NaN stays NaN (the clamps keep it: comparisons with NaN are false).
 MPX_ACT_FN float exp_f(float x) {
   const float x1 = x > 89.0f ? 89.0f : x;
