@@ -20,30 +20,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/backend.h"
+#include "core/half.h"
+
 namespace {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint16_t to_bf16(float f) {  // nearest, ties to even (finite inputs only)
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
 }
 
 /// AMX-TILE and AMX-BF16 in cpuid, and the kernel's permission to use the tile data.
@@ -139,8 +128,8 @@ void probe(const Layer& l, int reps) {
   using dt = memory::data_type;
   const int H = l.H, W = l.H, Wr = W + 1, Hr = H + 1, C = l.C, K = l.K;
   std::vector<uint16_t> x(static_cast<size_t>(l.N) * H * W * C), dy(static_cast<size_t>(l.N) * H * W * K);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(static_cast<float>(i * 2654435761u % 1000) / 1000.f - 0.5f);
-  for (size_t i = 0; i < dy.size(); ++i) dy[i] = to_bf16(static_cast<float>(i * 40503u % 1000) / 1000.f - 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = mpx::f32_to_bf16(static_cast<float>(i * 2654435761u % 1000) / 1000.f - 0.5f);
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = mpx::f32_to_bf16(static_cast<float>(i * 40503u % 1000) / 1000.f - 0.5f);
 
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
@@ -226,14 +215,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::string cpu = mpx::create_backend("cpu")->info().description;  // model, threads, ISA
   if (!amx_ready()) {
     std::printf("amx_wgrad_probe: %s has no AMX-BF16 (or the kernel refused the tile state): nothing to measure\n",
-                cpu_model().c_str());
+                cpu.c_str());
     return 0;
   }
-  std::printf("amx_wgrad_probe on %s, %d threads, best of %d: oneDNN's bfloat16 weight gradient against a "
-              "tdpbf16ps loop (float32 dw)\n",
-              cpu_model().c_str(), omp_get_max_threads(), reps);
+  std::printf("amx_wgrad_probe on %s, best of %d: oneDNN's bfloat16 weight gradient against a tdpbf16ps loop "
+              "(float32 dw)\n",
+              cpu.c_str(), reps);
   const Layer layers[] = {{"fast CIFAR 15x15x64->64", 1024, 15, 64, 64},
                           {"fast CIFAR 15x15x64->256", 1024, 15, 64, 256},
                           {"fast CIFAR 7x7x256->256", 1024, 7, 256, 256},
