@@ -96,6 +96,9 @@ void check_switches(ConvKernel k, ConvPass pass, const cpu::conv_detail::Geo& g)
       k != ConvKernel::Reference)
     CHECK(k == ConvKernel::WgradGemm);
   if (env("MPX_CONV_WGRAD") == "onednn" && pass == ConvPass::BackwardFilter) CHECK(k != ConvKernel::FewChannels);
+  if (env("MPX_CONV_WGRAD") == "onednn" || env("MPX_CONV_WGRAD") == "gemm" || env("MPX_CPU_16BIT") == "native" ||
+      env("MPX_CONV_WINOGRAD") == "on" || env("MPX_CONV_WINOGRAD") == "f2")
+    CHECK(k != ConvKernel::WgradAmx);
   if (env("MPX_CONV_WINOGRAD") == "on" && g.R == 3 && g.C >= 16 && k != ConvKernel::Native16 &&
       k != ConvKernel::Reference && !(pass == ConvPass::BackwardFilter && env("MPX_CONV_WGRAD") == "gemm"))
     CHECK((k == ConvKernel::Winograd || k == ConvKernel::Winograd16));
@@ -170,10 +173,11 @@ TEST_CASE("the convolution chooser's answer, asked without running the op, is th
         op = "convolution backward weights";
       }
       const bool own = c.kernel == ConvKernel::Winograd || c.kernel == ConvKernel::Winograd16 ||
-                       c.kernel == ConvKernel::FewChannels || c.kernel == ConvKernel::WgradGemm;
+                       c.kernel == ConvKernel::FewChannels || c.kernel == ConvKernel::WgradGemm ||
+                       c.kernel == ConvKernel::WgradAmx;
       check_recorded(*d.be, op, conv_shapes(N, l), t, c.kernel == ConvKernel::Native16, own,
                      c.kernel == ConvKernel::Reference, c.name);
-      check_math16(*d.be, t, c.kernel == ConvKernel::Native16);
+      check_math16(*d.be, t, c.kernel == ConvKernel::Native16 || c.kernel == ConvKernel::WgradAmx);  // bf16 products
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cpu/native16.h"
 #include "core/half.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
@@ -320,10 +321,13 @@ TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the sa
     CHECK(info.math_bf16.rfind("widened to float32 (no native bf16 on this CPU", 0) == 0);
     CHECK(info.math_f16.rfind("widened to float32 (no native f16 on this CPU", 0) == 0);
   } else if (isa.empty() && amx) {
-    CHECK(info.math_bf16 == (mode == "native" ? std::string("native bf16 (avx512_core_amx)")
-                                              : std::string("native bf16 (avx512_core_amx); mpx's few-channel "
-                                                            "forward and weight gradient for one input channel, Winograd weight "
-                                                            "gradient under 7x7 outputs")));
+    // mpx's AMX kernel where the build has AMX instructions (a compiler without them leaves it out).
+    const std::string own_amx = cpu::own_amx_bf16() ? ", mpx's AMX weight gradient for 3x3 stride-1 layers "
+                                                      "(channels and filters multiples of 16)"
+                                                    : "";
+    const std::string amx_own = "native bf16 (avx512_core_amx); mpx's few-channel forward and weight gradient for "
+                                "one input channel, Winograd weight gradient under 7x7 outputs" + own_amx;
+    CHECK(info.math_bf16 == (mode == "native" ? std::string("native bf16 (avx512_core_amx)") : amx_own));
     CHECK(info.native_bf16);
   }
   if (mode.empty() || mode == "auto") {
@@ -480,22 +484,35 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
   }
 }
 
-TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes mpx's Winograd, larger ones oneDNN's",
+TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient takes mpx's AMX kernel (16k channels and filters), else mpx's "
+          "Winograd under 7x7 outputs, else oneDNN's",
           "[backend][cpu][native16]") {
   Dev d0;
   if (!amx_rule_here(*d0.be, "Winograd weight gradient under 7x7 outputs")) return;
-  // oneDNN's AMX weight gradient of a 3x3 layer with small outputs took twice mpx's Winograd
-  // (docs/cpu-performance.md): under 7x7 outputs the pass goes to Winograd, bfloat16 in its
-  // transforms; at 7x7 and up, and for other filters, it stays on oneDNN.
+  // oneDNN's AMX weight gradient of a 3x3 stride-1 layer lost to mpx's AMX kernel, or tied,
+  // where that applies (channels and filters in multiples of 16, at most 4 filters per channel,
+  // a grid at most twice the outputs); among the others, it took twice mpx's Winograd under
+  // 7x7 outputs (docs/cpu-performance.md). 1x1 filters stay on oneDNN.
+  enum Want { Amx, Winograd, OneDnn };
   struct Case {
     const char* name;
     int64_t H, C, K, R;
-    bool winograd;
+    Want want;
   };
-  const Case cases[] = {{"3x3 outputs, 32 -> 32", 3, 32, 32, 3, true},
-                        {"6x6 outputs, 16 -> 48", 6, 16, 48, 3, true},
-                        {"7x7 outputs, 16 -> 16", 7, 16, 16, 3, false},
-                        {"5x5 outputs, 1x1 filters", 5, 16, 16, 1, false}};
+  const Case cases[] = {{"3x3 outputs, 32 -> 32", 3, 32, 32, 3, Amx},
+                        {"6x6 outputs, 16 -> 48", 6, 16, 48, 3, Amx},
+                        {"7x7 outputs, 16 -> 16", 7, 16, 16, 3, Amx},
+                        {"9x9 outputs, 16 -> 64", 9, 16, 64, 3, Amx},
+                        {"7x7 outputs, 16 -> 80: more than 4 filters per channel", 7, 16, 80, 3, OneDnn},
+                        {"2x2 outputs, 32 -> 32: a grid of 2.25x the outputs, under Winograd's 3x3", 2, 32, 32, 3,
+                         OneDnn},
+                        {"6x6 outputs, 24 -> 48: 24 channels", 6, 24, 48, 3, Winograd},
+                        {"7x7 outputs, 24 -> 24", 7, 24, 24, 3, OneDnn},
+                        {"5x5 outputs, 1x1 filters", 5, 16, 16, 1, OneDnn}};
+  const char* wino = std::getenv("MPX_CONV_WINOGRAD");  // on or f2: never the AMX kernel; off: never Winograd
+  const bool wino_forced = wino && (std::string(wino) == "on" || std::string(wino) == "f2");
+  const bool wino_off = wino && std::string(wino) == "off";
+  const bool amx_kernel = cpu::own_amx_bf16();
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
       Dev e;
@@ -510,11 +527,16 @@ TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes
       Tensor dw = e.make(DType::BF16, ws), db = e.make(DType::BF16, Shape{c.K});
       e.be->conv2d_backward_filter(p, x, dy, dw, db);
       const std::string wgrad = last_impl(*e.be, "convolution backward weights");
-      const char* wino = std::getenv("MPX_CONV_WINOGRAD");  // off: never Winograd here
-      const bool want = c.winograd && !wgrad_switch_set() && !(wino && std::string(wino) == "off");
+      Want want = c.want;
+      if (wino_forced && c.R == 3 && c.H < 7) want = Winograd;  // forced Winograd skips its shape rule
+      if (want == Amx && (wino_forced || !amx_kernel)) want = c.H < 7 ? Winograd : OneDnn;
+      if (want == Winograd && wino_off) want = OneDnn;
+      if (wgrad_switch_set()) want = OneDnn;
       INFO("weight gradient ran " << wgrad);
-      CHECK((wgrad.rfind("winograd:", 0) == 0) == want);
-      if (want) CHECK(wgrad.find("bfloat16 in the transforms") != std::string::npos);
+      CHECK((wgrad.rfind("mpx:amx", 0) == 0) == (want == Amx));
+      CHECK((wgrad.rfind("winograd:", 0) == 0) == (want == Winograd));
+      if (want == Winograd) CHECK(wgrad.find("bfloat16 in the transforms") != std::string::npos);
+      if (want == OneDnn) CHECK(wgrad.rfind("widened", 0) != 0);
       const ref::ConvDims rd = ref::conv_dims(p, N, c.H, c.H, c.C, c.K);
       Vec rdb, mdb;
       const Vec rdw = ref::conv2d_backward_filter(p, rd, widen(xv), widen(dyv), &rdb);
@@ -524,7 +546,7 @@ TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes
       e.put(x32, xv), e.put(dy32, dyv);
       e.be->conv2d_backward_filter(p, x32, dy32, dw32, db32);
       const int64_t n = N * c.H * c.H;
-      if (want) {
+      if (want == Winograd) {
         // Winograd's bound (support/winograd_bound.h): float32 sums over the tiles through the
         // transforms, |error| <= gamma_(tiles+20) Y_abs, then one rounding to bfloat16.
         const int64_t tiles = N * ((c.H + 3) / 4) * ((c.H + 3) / 4);
@@ -539,8 +561,10 @@ TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient with outputs under 7x7 takes
         }
         check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, n, DType::BF16});
       } else {
-        check_bound("dw", e.get(dw), rounded(e.get(dw32), DType::BF16), {rdw, mdw, n, DType::BF16});
-        check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, n, DType::BF16});
+        // The AMX kernel sums over its grid (zeros included): at most (H + 1)^2 pixels per image.
+        const int64_t terms = want == Amx ? N * (c.H + 1) * (c.H + 1) + 32 : n;
+        check_bound("dw", e.get(dw), rounded(e.get(dw32), DType::BF16), {rdw, mdw, terms, DType::BF16});
+        check_bound("db", e.get(db), rounded(e.get(db32), DType::BF16), {rdb, mdb, terms, DType::BF16});
       }
     }
   }

@@ -52,7 +52,7 @@ struct Math16Report {
   std::string dtype;    // "bfloat16" / "float16"
   std::string path;     // "native", "widened" or "mixed" (some ops native, the others widened)
   std::string detail;   // "native bf16 (avx512_core_amx)" / "widened to float32 (...)"
-  int native_ops = 0;   // distinct ops (op and shape) on oneDNN's native 16-bit kernels
+  int native_ops = 0;   // distinct ops (op and shape) on native 16-bit math: oneDNN's kernels, mpx's AMX kernel
   int widened_ops = 0;  // distinct ops widened to float32
 };
 

@@ -2,6 +2,10 @@
 // Which 16-bit math path the CPU backend takes (native16.h; docs/precision.md).
 #include "backend/cpu/native16.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <utility>
@@ -55,6 +59,23 @@ bool cpu_bf16_dot() {
 }
 
 bool own_bf16_math() { return cpu_bf16_dot() && math16_mode() != Math16Mode::Widen; }
+
+bool own_amx_bf16() {
+  static const bool v = [] {
+#ifdef MPX_AMX_BUILD
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!own_bf16_math() || !dnnl_has_amx_bf16() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u;
+    // Linux hands out the tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA); oneDNN asks the same for its own AMX kernels.
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+    return tile && bf16 && syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return v;
+}
 
 namespace {
 
@@ -110,6 +131,8 @@ Path16 decide(DType t) {
     p.amx_own = true;
     p.text += "; mpx's few-channel forward and weight gradient for one input channel, Winograd weight gradient "
               "under 7x7 outputs";
+    if (own_amx_bf16())
+      p.text += ", mpx's AMX weight gradient for 3x3 stride-1 layers (channels and filters multiples of 16)";
   }
   return p;
 }

@@ -28,8 +28,10 @@ struct Path16 {
   /// With AMX-BF16 (MPX_CPU_16BIT unset or auto), the passes and shapes where mpx's kernels
   /// beat oneDNN's take them (conv_choose.cpp): a convolution with one input channel, whose
   /// forward oneDNN runs on its avx512_core_bf16 kernel and whose AMX weight gradient loses to
-  /// mpx's bfloat16 dot products; and the weight gradient of a 3x3 stride-1 layer with outputs
-  /// under 7x7, where mpx's Winograd beats oneDNN's AMX kernel.
+  /// mpx's bfloat16 dot products; the weight gradient of a 3x3 stride-1 layer with channels and
+  /// filters in multiples of 16, where mpx's own AMX kernel (conv_wgrad_amx.h) beats oneDNN's;
+  /// and, among the other 3x3 stride-1 layers, the weight gradient of those with outputs under
+  /// 7x7, where mpx's Winograd beats oneDNN's AMX kernel.
   bool amx_own = false;
 };
 
@@ -64,6 +66,11 @@ bool cpu_bf16_dot();
 /// the CPU's instruction"): cpu_bf16_dot() and MPX_CPU_16BIT not widen. The one rule of the
 /// *_avx512bf16.cpp builds.
 bool own_bf16_math();
+
+/// Whether mpx's own AMX kernels (conv_wgrad_amx.h) may run: own_bf16_math(), the CPU has
+/// AMX-TILE and AMX-BF16, oneDNN's ISA limit allows avx512_core_amx, mpx was built with AMX
+/// instructions, and Linux gave the process the tile state. Decided once per process.
+bool own_amx_bf16();
 
 /// The oneDNN data type of t.
 dnnl::memory::data_type dnnl_dtype(DType t);

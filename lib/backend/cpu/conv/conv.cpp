@@ -18,6 +18,7 @@
 #include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/conv/conv_native.h"
 #include "backend/cpu/conv/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad_amx.h"
 #include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/dnnl_util.h"
@@ -181,7 +182,7 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
            c->choice = choose_conv(q);
            const ConvKernel kk = c->choice.kernel;
            if (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 || kk == ConvKernel::FewChannels ||
-               kk == ConvKernel::WgradGemm)
+               kk == ConvKernel::WgradGemm || kk == ConvKernel::WgradAmx)
              ctx.note_kernel(conv_what(pass_what(q.pass), q.g), c->choice.name);
            return c.release();
          })
@@ -299,6 +300,10 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
     conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
+  } else if (c->kernel == ConvKernel::WgradAmx) {
+    conv_native_backward_filter_own(ctx, p, x, dw, db);  // bfloat16 products: counted as native math
+    float* scratch = ctx.scratch(kSlotTmp0, (conv_wgrad_amx_scratch_bytes(g) + 3) / 4);
+    conv_wgrad_amx(g, static_cast<const uint16_t*>(x.data), static_cast<const uint16_t*>(dy.data), dwf, dbf, scratch);
   } else if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
     const bool direct = c->kernel == ConvKernel::Winograd16;
     WinoGeo wg{g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0};

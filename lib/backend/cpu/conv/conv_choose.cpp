@@ -11,6 +11,7 @@
 
 #include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/conv/conv_wgrad.h"
+#include "backend/cpu/conv/conv_wgrad_amx.h"
 #include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/conv/conv_winograd.h"
 #include "backend/cpu/native16.h"
@@ -58,6 +59,26 @@ ConvChoice pick(ConvKernel k, std::string name, std::string why, int tile = 0) {
 
 bool native16_wins(const ConvQuery& q);
 
+/// Whether the weight gradient takes mpx's AMX kernel (conv_wgrad_amx.h): bfloat16 x and dy on
+/// the AMX path of MPX_CPU_16BIT unset or auto (native16.h, Path16::amx_own), the CPU's and the
+/// build's AMX (own_amx_bf16), MPX_CONV_WGRAD unset or auto, no Winograd asked for by
+/// MPX_CONV_WINOGRAD or the config (on or f2), the kernel's shapes (conv_wgrad_amx_applies),
+/// and the measured rule: 3x3 filters with at most 4 filters per input channel. There it beat
+/// oneDNN's AMX kernel or tied (1.0-2.7x), and mpx's Winograd (bfloat16 in its transforms) at
+/// 3x3 outputs (3.4x); oneDNN's won on a 1x1 layer; more filters per channel make dy's
+/// transpose the larger cost (docs/cpu-performance.md, "The AMX weight gradient").
+bool amx_wgrad(const ConvQuery& q) {
+  if (q.pass != ConvPass::BackwardFilter || q.in != DType::BF16 || q.out != DType::BF16 || reference_loops())
+    return false;
+  const WgradMode mode = wgrad_mode();
+  if (mode != WgradMode::Default && mode != WgradMode::Auto) return false;
+  if (!path16(DType::BF16).amx_own || !own_amx_bf16() || !conv_wgrad_amx_applies(q.g)) return false;
+  if (q.g.R != 3 || q.g.S != 3 || q.g.K > 4 * q.g.C) return false;
+  const auto forced = winograd_forced();
+  const WinogradMode wino = forced ? *forced : q.configured;
+  return wino != WinogradMode::F4 && wino != WinogradMode::F2;
+}
+
 /// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/32/64
 /// filters, relu or no activation and no kept pre-activation (conv_fwd_small.h), the output in
 /// the input's dtype. A 16-bit output always (it saves oneDNN's rounding pass); a float32 one
@@ -94,6 +115,7 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
     const bool own_wgrad = q.pass == ConvPass::BackwardFilter && q.in == q.out &&
                            (mode == WgradMode::Default || mode == WgradMode::Auto);
     if (own_wgrad && q.g.C == 1 && own_bf16_math() && conv_wgrad_small_applies(q.g)) return false;
+    if (amx_wgrad(q)) return false;
     // The AMX weight gradient of a 3x3 layer with small outputs does far more work than its
     // forward pass; mpx's Winograd (bfloat16 in its transforms) took half its time at 3x3 and
     // tied at 7x7 (docs/cpu-performance.md, "When it runs").
@@ -190,6 +212,10 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16) {
                             : is_16bit(q.in) ? fmt::format(", {} rows widened in cache", dtype_name(q.in))
                                              : std::string()),
                 "1-4 input channels, 16/32/64 filters: mpx's kernel keeps every filter's sums in registers");
+  if (amx_wgrad(q))
+    return pick(ConvKernel::WgradAmx, "mpx:amx bf16 tiles (tdpbf16ps)",
+                "bfloat16 with AMX, 3x3 stride 1, channels and filters in multiples of 16: mpx's kernel sums dy^T x "
+                "per filter tap on AMX tiles over a padded grid");
   const bool gemm_forced = mode == WgradMode::Gemm;
   if (is_16bit(q.in) && q.in == q.out && !reference_loops()) {
     const int m = gemm_forced ? 0 : winograd_tile(q.p, g, true, q.configured);

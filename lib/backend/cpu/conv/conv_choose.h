@@ -22,6 +22,7 @@ enum class ConvKernel {
   Winograd16,   // the same, converting 16-bit activations in its transforms (the same bits)
   FewChannels,  // mpx's kernel for 1-4 input channels (conv_fwd_small.h, conv_wgrad_small.h)
   WgradGemm,    // mpx's GEMM weight gradient (conv_wgrad.h)
+  WgradAmx,     // mpx's bfloat16 weight gradient on AMX tiles (conv_wgrad_amx.h)
   OneDnn,       // oneDNN's float32 kernel, 16-bit operands widened into copies
   Reference,    // MPX_CPU_REFERENCE: mpx's plain loops (conv_loops.h) on float32 copies
 };

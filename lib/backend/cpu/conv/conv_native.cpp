@@ -139,4 +139,10 @@ bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tens
   return run_native_weight_gradient(ctx, plan, t, key, x, dy, dw, db);
 }
 
+void conv_native_backward_filter_own(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dw,
+                                     const Tensor& db) {
+  const Geo g = geometry(p, x.shape, dw.shape);
+  ctx.note_math16(x.dtype, native_key(kNativeBwdFilter, p, g, x.dtype, db.empty() ? 0 : 1), true);
+}
+
 }  // namespace mpx::cpu

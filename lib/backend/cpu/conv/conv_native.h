@@ -25,4 +25,10 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
 bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                                  const Tensor& dw, const Tensor& db, bool wanted);
 
+/// Records the weight gradient of this op as native 16-bit math where mpx's own kernel runs it
+/// on the CPU's 16-bit products (the AMX kernel, conv_wgrad_amx.h): bfloat16 operands and
+/// float32 sums, as on oneDNN's native kernel.
+void conv_native_backward_filter_own(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dw,
+                                     const Tensor& db);
+
 }  // namespace mpx::cpu
