@@ -484,8 +484,8 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
   }
 }
 
-TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient takes mpx's AMX kernel (16k channels and filters), else mpx's "
-          "Winograd under 7x7 outputs, else oneDNN's",
+TEST_CASE("bfloat16 with AMX: a 3x3 weight gradient takes mpx's AMX kernel (channels and filters multiples of 16), "
+          "else mpx's Winograd under 7x7 outputs, else oneDNN's",
           "[backend][cpu][native16]") {
   Dev d0;
   if (!amx_rule_here(*d0.be, "Winograd weight gradient under 7x7 outputs")) return;

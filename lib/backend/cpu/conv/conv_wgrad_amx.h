@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // mpx's bfloat16 weight gradient on AMX tiles (docs/cpu-performance.md, "The AMX weight
-// gradient"): stride-1 convolutions with 16k input channels and 16k filters, bfloat16 x and dy,
+// gradient"): stride-1 convolutions whose channels and filters are multiples of 16, bfloat16 x and dy,
 // float32 dw and db. The pixels are laid out on a grid of rows Wg = W + max(pad_left,
 // pad_right) wide and images Hg = H + max(pad_top, pad_bottom) rows tall, the padding as zeros
 // shared between neighbouring rows and images, so that every filter tap (r, s) is one offset
