@@ -178,27 +178,32 @@ MPX_ACT_FN float exp_f(float x) {
   return p * pow2i(n1) * pow2i(ni - n1);
 }
 
-/// erfc(x) with relative error below 1e-5 everywhere (measured against double: at most
-/// 1.2e-6 for |x| < 4, 4.1e-6 beyond, where the exponent's size magnifies exp's rounding;
-/// the square in the exponent is fused, not rounded): erfc(|x|) = t e^(-x^2 + P(t)),
-/// t = 2 / (2 + |x|), P the Chebyshev fit of Numerical Recipes' erfcc (fractional error
-/// 1.2e-7); erfc(-|x|) = 2 - erfc(|x|). erfc(inf) = 0, erfc(-inf) = 2, NaN stays NaN.
-MPX_ACT_FN float erfc_f(float x) {
-  const float z = fabsf(x);
-  const float t = 2.0f / (2.0f + z);
-  float p = 0.17087277f;
-  p = fma_f(p, t, -0.82215223f);
-  p = fma_f(p, t, 1.48851587f);
-  p = fma_f(p, t, -1.13520398f);
-  p = fma_f(p, t, 0.27886807f);
-  p = fma_f(p, t, -0.18628806f);
-  p = fma_f(p, t, 0.09678418f);
-  p = fma_f(p, t, 0.37409196f);
-  p = fma_f(p, t, 1.00002368f);
-  p = fma_f(p, t, -1.26551223f);
-  const float e = t * exp_f(fma_f(-z, z, p));
-  return x < 0.0f ? 2.0f - e : e;
+/// erfc(|x| / sqrt 2), and in e the factor e^(-x^2 / 2) that it shares with the normal
+/// density (GELU's derivative needs both, from one exp): erfc(z) = t Q(t) e^(-z^2), z = |x| /
+/// sqrt 2, t = 2 / (2 + z), where Q(t) = e^(z^2) erfc(z) / t is smooth on t in (0, 1] (it tends
+/// to 1 / (2 sqrt(pi)) as z grows) and Q is mpx's polynomial fit of degree 10 to it, relative
+/// error 1e-7 in these float32 Horner steps (docs/cpu-performance.md, "GELU from one exp"). The
+/// square is -x/2 times x (one rounding). erfc(inf) = 0 with e = 0; NaN stays NaN.
+MPX_ACT_FN float erfc_half_abs(float x, float& e) {
+  const float t = 2.0f / (2.0f + fabsf(x) * kSqrtHalf);
+  float q = 0.042353976517915726f;
+  q = fma_f(q, t, -0.23086397349834442f);
+  q = fma_f(q, t, 0.4861910343170166f);
+  q = fma_f(q, t, -0.4469902813434601f);
+  q = fma_f(q, t, 0.12709754705429077f);
+  q = fma_f(q, t, -0.05723557621240616f);
+  q = fma_f(q, t, 0.09300129115581512f);
+  q = fma_f(q, t, 0.1753767430782318f);
+  q = fma_f(q, t, 0.24688059091567993f);
+  q = fma_f(q, t, 0.2820938527584076f);
+  q = fma_f(q, t, 0.282094806432724f);
+  e = exp_f((-0.5f * x) * x);
+  return t * q * e;
 }
+
+/// Phi(x), the normal distribution function, from erfc_half_abs's value ec: ec / 2 below
+/// zero, 1 - ec / 2 from zero up (no cancellation in the negative tail).
+MPX_ACT_FN float normal_cdf(float x, float ec) { return 0.5f * (x < 0.0f ? ec : 2.0f - ec); }
 
 /// sigmoid(v) = 1 / (1 + e^-v) and sigmoid(-v) = 1 - sigmoid(v) without the cancellation
 /// of 1 - s, from one exp of -|v| (which never overflows) and one division.
@@ -219,7 +224,10 @@ MPX_ACT_FN float activation_value(Activation a, float x) {
     case ActKind::Relu: return x < 0.0f ? 0.0f : x;
     case ActKind::LeakyRelu: return x < 0.0f ? a.alpha * x : x;
     case ActKind::Scale: return a.alpha * x;
-    case ActKind::Gelu: return 0.5f * x * erfc_f(-x * kSqrtHalf);  // x Phi(x), Phi = erfc(-x/sqrt2)/2
+    case ActKind::Gelu: {  // x Phi(x)
+      float e;
+      return x * normal_cdf(x, erfc_half_abs(x, e));
+    }
     case ActKind::GeluTanh: {  // 0.5 x (1 + tanh(u)) = x / (1 + e^-2u)
       const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
       return x / (1.0f + exp_f(-2.0f * u));
@@ -239,9 +247,11 @@ MPX_ACT_FN float activation_grad(Activation a, float saved, float dy) {
     case ActKind::Relu: return saved > 0.0f ? dy : 0.0f;
     case ActKind::LeakyRelu: return saved > 0.0f ? dy : a.alpha * dy;
     case ActKind::Scale: return a.alpha * dy;
-    case ActKind::Gelu: {  // Phi(x) + x phi(x)
+    case ActKind::Gelu: {  // Phi(x) + x phi(x), phi(x) = e^(-x^2/2) / sqrt(2 pi): one exp for both
       const float x = saved;
-      return dy * (0.5f * erfc_f(-x * kSqrtHalf) + x * (kInvSqrt2Pi * exp_f(-0.5f * x * x)));
+      float e;
+      const float ec = erfc_half_abs(x, e);
+      return dy * (normal_cdf(x, ec) + x * (kInvSqrt2Pi * e));
     }
     case ActKind::GeluTanh: {  // s + 2 x s (1 - s) u', s = sigmoid(2u)
       const float x = saved, x2 = x * x;
