@@ -112,7 +112,8 @@ bool skipped(const char* layer) { return !g_only.empty() && std::string(layer).f
 
 /// The three passes of one convolution; `flop` > 0: their GFLOP/s too (the direct convolution's).
 void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int64_t C, int64_t K,
-               const Conv2dParams& p, bool need_dx, int reps, Activation act = Activation::Relu, double flop = 0) {
+               const Conv2dParams& p, bool need_dx, int reps, Activation act = Activation::Relu, double flop = 0,
+               bool keep_pre = false) {
   if (skipped(layer)) return;
   bench::CpuDev d;  // a backend of its own: its kernels list holds this layer only
   Rng rng(5);
@@ -122,8 +123,12 @@ void seed_conv(const char* layer, DType t, int64_t N, int64_t H, int64_t W, int6
   Tensor dx = d.make(t, Shape{N, H, W, C}), dw = d.make(t, Shape{K, p.R, p.S, C}), db = d.make(t, Shape{K});
   const std::string shape = "x [" + std::to_string(N) + ", " + std::to_string(H) + ", " + std::to_string(W) + ", " +
                             std::to_string(C) + "]";
-  report(d, layer, t, act.is_none() ? "fwd" : "fwd+relu", "convolution forward", shape,
-         median_wall_cpu([&] { d.be->conv2d_forward(p, x, w, b, y, act); }, reps), flop);
+  Tensor pre = keep_pre ? d.make(t, Shape{N, P, Q, K}) : Tensor();
+  const std::string fwd = std::string(act.is_none() ? "fwd" : std::string("fwd+") + activation_name(act.kind)) +
+                          (keep_pre ? "+pre" : "");
+  report(d, layer, t, fwd.c_str(), "convolution forward", shape,
+         median_wall_cpu([&] { d.be->conv2d_forward(p, x, w, b, y, act, pre); }, reps), flop);
+  if (keep_pre) return;  // the forward with its epilogue only
   if (need_dx)
     report(d, layer, t, "bwd-data", "convolution backward data", shape,
            median_wall_cpu([&] { d.be->conv2d_backward_data(p, dy, w, dx); }, reps), flop);
@@ -234,6 +239,9 @@ void fast_cifar_convs(int reps, int64_t N) {
       const double flop = 2.0 * static_cast<double>(N) * l.p.out_h(static_cast<int>(l.H)) *
                           l.p.out_w(static_cast<int>(l.H)) * static_cast<double>(l.K * l.C * l.p.R * l.p.S);
       seed_conv(l.name, t, N, l.H, l.H, l.C, l.K, l.p, l.need_dx, reps, Activation{}, flop);
+      // The whitening layer as the recipe runs it: GELU after it, its input kept for the backward.
+      if (l.C == 3)
+        seed_conv(l.name, t, N, l.H, l.H, l.C, l.K, l.p, false, reps, Activation{ActKind::Gelu}, flop, true);
     }
 }
 

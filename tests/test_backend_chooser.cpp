@@ -7,6 +7,7 @@
 // each run also checks that the answer follows the switches it was started with.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "backend/cpu/conv/conv_choose.h"
 #include "backend/cpu/dense/dense_choose.h"
 #include "backend/cpu/dense/dense_few.h"
+#include "backend/cpu/native16.h"
 #include "backend/cpu/switches.h"
 #include "core/rng.h"
 #include "support/backend_check.h"
@@ -180,6 +182,61 @@ TEST_CASE("the convolution chooser's answer, asked without running the op, is th
       check_math16(*d.be, t, c.kernel == ConvKernel::Native16 || c.kernel == ConvKernel::WgradAmx);  // bf16 products
     }
   }
+}
+
+TEST_CASE("a first layer with GELU and its pre-activation kept (the fast CIFAR recipe's whitening layer) takes "
+          "mpx's few-channel forward with a 16-bit output on AVX-512, oneDNN's with a float32 one",
+          "[backend][cpu][chooser]") {
+  const DType t = GENERATE(DType::F32, DType::BF16);
+  const int64_t N = env("MPX_CPU_REFERENCE") == "1" ? 2 : 8;
+  Conv2dParams p;
+  p.R = p.S = 2;  // valid
+  const Shape xs{N, 12, 12, 3}, ws{24, 2, 2, 3}, ys{N, 11, 11, 24};
+  const Activation gelu{ActKind::Gelu, 0.0f};
+  cpu::ConvQuery q;
+  q.pass = ConvPass::Forward, q.p = p, q.g = cpu::conv_detail::geometry(p, xs, ws), q.in = t, q.out = t;
+  q.act = gelu, q.keep_pre = true;
+  const cpu::ConvChoice c = cpu::choose_conv(q);
+  INFO("chosen: " << c.name << " (" << c.why << ")");
+  check_switches(c.kernel, ConvPass::Forward, q.g);
+  // Where the rule gives it to mpx: bfloat16 on the AVX-512 build, no switch against it, and a
+  // bfloat16 path that is not oneDNN's everywhere (MPX_CPU_16BIT=native) or per shape.
+  const bool want_few = t == DType::BF16 && env("MPX_CONV_FORWARD") != "onednn" && env("MPX_CPU_REFERENCE") != "1" &&
+                        env("MPX_CPU_16BIT") != "native" && cpu::kernel_isa() == cpu::KernelIsa::Avx512 &&
+                        !cpu::path16(DType::BF16).per_shape;
+  CHECK((c.kernel == ConvKernel::FewChannels) == want_few);
+  if (c.kernel == ConvKernel::FewChannels)
+    CHECK(c.name.find("gelu and the pre-activation per output row") != std::string::npos);
+
+  Dev d;
+  Rng rng(11);
+  std::vector<float> xv, wv, bv;
+  Tensor x = d.rand(rng, t, xs, &xv), w = d.rand(rng, t, ws, &wv), b = d.rand(rng, t, Shape{24}, &bv);
+  Tensor y = d.make(t, ys), pre = d.make(t, ys);
+  d.be->conv2d_forward(p, x, w, b, y, gelu, pre);
+  const std::string shapes = "x [" + std::to_string(N) + ", 12, 12, 3], w [24, 2, 2, 3]";
+  check_recorded(*d.be, "convolution forward", shapes, t, c.kernel == ConvKernel::Native16,
+                 c.kernel == ConvKernel::FewChannels, c.kernel == ConvKernel::Reference, c.name);
+  // Either kernel: pre within the dtype's rounding of the float64 sums, y = gelu(pre) loosely.
+  const std::vector<float> got_pre = d.get(pre), got_y = d.get(y);
+  const double u = t == DType::F32 ? 1e-5 : std::ldexp(1.0, -7);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < 11; ++i)
+      for (int64_t j = 0; j < 11; ++j)
+        for (int64_t k = 0; k < 24; ++k) {
+          double z = bv[static_cast<size_t>(k)], m = std::fabs(z);
+          for (int64_t r = 0; r < 2; ++r)
+            for (int64_t s2 = 0; s2 < 2; ++s2)
+              for (int64_t ch = 0; ch < 3; ++ch) {
+                const size_t xi = static_cast<size_t>(((n * 12 + i + r) * 12 + j + s2) * 3 + ch);
+                const double v = static_cast<double>(xv[xi]) * wv[static_cast<size_t>(((k * 2 + r) * 2 + s2) * 3 + ch)];
+                z += v, m += std::fabs(v);
+              }
+          const size_t o = static_cast<size_t>(((n * 11 + i) * 11 + j) * 24 + k);
+          REQUIRE(std::fabs(got_pre[o] - z) <= u * m + 1e-6);
+          const double gz = 0.5 * z * std::erfc(-z / std::sqrt(2.0));
+          REQUIRE(std::fabs(got_y[o] - gz) <= 2 * u * (m + 1) + 1e-6);
+        }
 }
 
 TEST_CASE("the dense chooser's answer, asked without running the op, is the kernel the op runs and records",

@@ -6,7 +6,9 @@
 // 1x1 to 5x5, every padding, runs of pixels that do not fill a register block, 1 to 3 threads.
 // In 16 bits the output is the float32 kernel's result rounded once, bit for bit; NaN stays
 // NaN through relu. Through the backend: the kernel it names, for 16-bit outputs and, with
-// AVX-512, for float32 ones but several channels with 32 filters.
+// AVX-512, for float32 ones but several channels with 32 filters. With another activation or a
+// kept pre-activation (and 24 filters), the kernel's per-row epilogue against the backend's
+// separate pass over the same float32 sums, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -34,23 +36,34 @@ namespace {
 
 using support::ConvCase;
 
-/// y of the kernel at `threads` threads, as float32 values; x given as float32 values of dtype t.
+/// y (and the kept pre-activation, where `pre` is given) of the kernel at `threads` threads, as
+/// float32 values; x given as float32 values of dtype t.
 std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& w,
-                       const std::vector<float>& b, bool relu, DType t, int threads) {
+                       const std::vector<float>& b, Activation act, DType t, int threads,
+                       std::vector<float>* pre = nullptr) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t ny = static_cast<size_t>(g.N * g.P * g.Q * g.K);
   const support::OmpThreads th(threads);
   std::vector<float> scratch(cpu::conv_fwd_small_scratch(g, threads), nan);
   std::vector<float> y(ny, nan);
+  if (pre) pre->assign(ny, nan);
   if (t == DType::F32) {
-    cpu::conv_fwd_small(g, x.data(), w.data(), b.data(), relu, y.data(), t, scratch.data());
+    cpu::conv_fwd_small(g, x.data(), w.data(), b.data(), act, pre ? pre->data() : nullptr, y.data(), t,
+                        scratch.data());
   } else {
     const std::vector<uint16_t> x16 = support::to16(x, t);
-    std::vector<uint16_t> y16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
-    cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), relu, y16.data(), t, scratch.data());
+    std::vector<uint16_t> y16(ny, 0xFFFF), pre16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
+    cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), act, pre ? pre16.data() : nullptr, y16.data(), t,
+                        scratch.data());
     convert(y16.data(), t, y.data(), DType::F32, ny);
+    if (pre) convert(pre16.data(), t, pre->data(), DType::F32, ny);
   }
   return y;
+}
+
+std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& w,
+                       const std::vector<float>& b, bool relu, DType t, int threads) {
+  return run(g, x, w, b, relu ? Activation{ActKind::Relu, 0.0f} : Activation::None, t, threads);
 }
 
 /// f rounded to t as the kernel rounds its output: where the CPU's VCVTNEPS2BF16 rounds
@@ -194,4 +207,66 @@ TEST_CASE("the backend's first-layer forward runs the few-channel kernel where i
     CHECK(named == (cpu::kernel_isa() == cpu::KernelIsa::Avx512 && (C == 1 || K != 32)));
   else if (!native)  // where oneDNN's native 16-bit kernels run (AMX) they take the layer first
     CHECK(named);
+}
+
+TEST_CASE("few-channel forward convolution with an epilogue: GELU, SiLU or none and the kept pre-activation, per "
+          "row in cache, equal the float32 kernel's sums through the backend's separate activation pass",
+          "[backend][cpu][conv]") {
+  // 24 filters (computed as 32 with zero filters) as in the fast CIFAR recipe's whitening layer,
+  // and the shared cases' 16/32/64.
+  std::vector<ConvCase> cases = {
+      {"2x2 valid, C=3, K=24 (the whitening layer's shape)", 3, 9, 8, 3, 24, 2, 2, 0, 0, 0, 0},
+      {"3x3 same, C=1, K=24", 2, 7, 5, 1, 24, 3, 3, 1, 1, 1, 1},
+  };
+  for (const ConvCase& c : support::few_channel_cases()) cases.push_back(c);
+  const Activation gelu{ActKind::Gelu, 0.0f}, silu{ActKind::Silu, 0.0f};
+  for (const ConvCase& c : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      for (Activation act : {gelu, silu, Activation::None})
+        for (bool keep_pre : {true, false}) {
+          if (act.is_none() && !keep_pre) continue;  // no epilogue
+          DYNAMIC_SECTION(c.name << " " << dtype_name(t) << " " << (act.is_none() ? "none" : activation_name(act.kind))
+                                 << (keep_pre ? ", pre kept" : "")) {
+            const Conv2dParams p = c.params();
+            const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+            const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+            REQUIRE(cpu::conv_fwd_small_applies(g));
+            Rng rng(static_cast<uint64_t>(c.N * 131 + c.H * 17 + c.C * 5 + c.K));
+            const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
+            const std::vector<float> w = support::uniform_values(rng, c.K * c.R * c.S * c.C, DType::F32);
+            const std::vector<float> b = support::uniform_values(rng, c.K, DType::F32);
+            // The float32 sums without an activation (checked against float64 above), through
+            // the backend's separate epilogue pass over a whole tensor.
+            const std::vector<float> z = run(g, x, w, b, Activation::None, DType::F32, 1);
+            const size_t ny = z.size();
+            std::vector<float> zw = z, want_y(ny), want_pre(ny);
+            std::vector<uint16_t> y16(ny), pre16(ny);
+            const Shape s{static_cast<int64_t>(ny)};
+            const bool wide = t == DType::F32;
+            const Tensor ty(wide ? static_cast<void*>(want_y.data()) : y16.data(), t, s);
+            const Tensor tp(wide ? static_cast<void*>(want_pre.data()) : pre16.data(), t, s);
+            // (A float32 output is z's own buffer, as the backend's f32_out gives it.)
+            cpu::activation_epilogue(act, zw.data(), wide ? Tensor(zw.data(), t, s) : ty, keep_pre ? tp : Tensor());
+            if (wide) {
+              want_y = zw;
+            } else {
+              convert(y16.data(), t, want_y.data(), DType::F32, ny);
+              convert(pre16.data(), t, want_pre.data(), DType::F32, ny);
+            }
+            // The float64 reference of the activation, loosely: the epilogue's own accuracy is
+            // activation tests' business; this catches a wrong filter, pixel or row.
+            const Vec bv = support::widen(b);
+            const Vec ry = ref::conv2d_forward(p, d, support::widen(x), support::widen(w), &bv, act);
+            for (int threads : {1, 2, 3}) {
+              INFO(threads << " threads");
+              std::vector<float> pre;
+              const std::vector<float> y = run(g, x, w, b, act, t, threads, keep_pre ? &pre : nullptr);
+              support::check_exact("y against the separate epilogue", y, want_y);
+              if (keep_pre) support::check_exact("pre against the separate epilogue", pre, want_pre);
+              for (size_t i = 0; i < ny; ++i)
+                if (!(std::fabs(y[i] - ry[i]) <= 1e-2 * (1 + std::fabs(ry[i]))))
+                  FAIL("y[" << i << "] " << y[i] << ", float64 reference " << ry[i]);
+            }
+          }
+        }
 }

@@ -326,7 +326,9 @@ TEST_CASE("the 16-bit path follows MPX_CPU_16BIT and oneDNN's ISA, and is the sa
                                                       "(channels and filters multiples of 16)"
                                                     : "";
     const std::string amx_own = "native bf16 (avx512_core_amx); mpx's few-channel forward and weight gradient for "
-                                "one input channel, Winograd weight gradient under 7x7 outputs" + own_amx;
+                                "one input channel, its forward for a first layer with an activation other than "
+                                "relu or a kept pre-activation, Winograd weight gradient under 7x7 outputs" +
+                                own_amx;
     CHECK(info.math_bf16 == (mode == "native" ? std::string("native bf16 (avx512_core_amx)") : amx_own));
     CHECK(info.native_bf16);
   }
@@ -411,7 +413,8 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
   }
 }
 
-TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx's kernels, every other pass oneDNN's",
+TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient, and a few-channel forward with an activation "
+          "after it, take mpx's kernels, every other pass oneDNN's",
           "[backend][cpu][native16]") {
   Dev d;
   if (!amx_rule_here(*d.be, "few-channel forward and weight gradient for one input channel")) return;
@@ -419,7 +422,8 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
   // (docs/cpu-performance.md): the forward goes to mpx where its few-channel kernel applies
   // (16, 32 or 64 filters, relu or none), and so does the weight gradient (16, 32 or 64
   // filters, any activation: it is the same pass); 3 channels, 48 filters and the
-  // backward-data pass stay native, and so does a GELU layer's forward.
+  // backward-data pass stay native. A forward with an activation that oneDNN does not fuse
+  // (GELU) goes to mpx's kernel at 1-4 channels, which applies it to each row in cache.
   struct Case {
     const char* name;
     int64_t C, K;
@@ -431,7 +435,10 @@ TEST_CASE("bfloat16 with AMX: a one-channel forward and weight gradient take mpx
                         {"1 channel, 16 filters, relu", 1, 16, Activation::Relu, true, true},
                         {"3 channels, 64 filters", 3, 64, Activation::Relu, false, false},
                         {"1 channel, 48 filters", 1, 48, Activation::Relu, false, false},
-                        {"1 channel, 32 filters, gelu", 1, 32, Activation(ActKind::Gelu), false, true}};
+                        {"1 channel, 32 filters, gelu (applied per row in cache)", 1, 32,
+                         Activation(ActKind::Gelu), true, true},
+                        {"3 channels, 16 filters, gelu (applied per row in cache)", 3, 16,
+                         Activation(ActKind::Gelu), true, false}};
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
       Dev e;

@@ -129,8 +129,9 @@ Path16 decide(DType t) {
   Path16 p{true, fmt::format("native {} ({})", name, level)};
   if (bf && fast && mode() == Mode::Auto) {
     p.amx_own = true;
-    p.text += "; mpx's few-channel forward and weight gradient for one input channel, Winograd weight gradient "
-              "under 7x7 outputs";
+    p.text += "; mpx's few-channel forward and weight gradient for one input channel, its forward for a first "
+              "layer with an activation other than relu or a kept pre-activation, Winograd weight gradient under "
+              "7x7 outputs";
     if (own_amx_bf16())
       p.text += ", mpx's AMX weight gradient for 3x3 stride-1 layers (channels and filters multiples of 16)";
   }

@@ -22,6 +22,10 @@ namespace mpx::cpu {
 /// y's own memory when y is float32 (f32_out). In one pass: pre (when not empty) = z rounded to
 /// its dtype, then y = act(z) rounded to y's dtype. z is overwritten.
 void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor& pre);
+/// activation_epilogue over n contiguous elements in the calling thread (a kernel's row in
+/// cache): pre (when not null) = z rounded to t, y = act(z) rounded to t; z is overwritten.
+/// The same bits as activation_epilogue for the same z.
+void activation_epilogue_span(Activation act, float* z, int64_t n, void* y, void* pre, DType t);
 /// The build of the activation loops that runs now: "avx512", "avx2" or "baseline".
 const char* activation_build();
 

@@ -236,7 +236,8 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   }
   if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_scratch(g, omp_get_max_threads()));
-    conv_fwd_small(g, x.data, wf, bf, act.kind == ActKind::Relu, y.data, x.dtype, scratch);
+    MPX_CHECK(pre.empty() || pre.dtype == y.dtype);
+    conv_fwd_small(g, x.data, wf, bf, act, pre.empty() ? nullptr : pre.data, y.data, x.dtype, scratch);
     return;
   }
   const float* xf = f32_in(ctx, kSlotX, x);

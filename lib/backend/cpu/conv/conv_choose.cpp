@@ -79,17 +79,24 @@ bool amx_wgrad(const ConvQuery& q) {
   return wino != WinogradMode::F4 && wino != WinogradMode::F2;
 }
 
-/// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/32/64
-/// filters, relu or no activation and no kept pre-activation (conv_fwd_small.h), the output in
-/// the input's dtype. A 16-bit output always (it saves oneDNN's rounding pass); a float32 one
+/// Whether a forward pass leaves work after the convolution that a fused relu does not cover:
+/// another activation, or a kept pre-activation.
+bool needs_epilogue(const ConvQuery& q) { return q.keep_pre || !(q.act.is_none() || q.act.kind == ActKind::Relu); }
+
+/// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/24/32/64
+/// filters (conv_fwd_small.h), the output in the input's dtype. Relu or no activation and no
+/// kept pre-activation: a 16-bit output always (it saves oneDNN's rounding pass); a float32 one
 /// with AVX-512 unless the layer has several channels and 32 filters, where oneDNN's kernel
 /// was faster (measured per shape: docs/cpu-performance.md, "The first layer's forward pass";
-/// with AVX2 oneDNN's won or tied). The switch first: a bad value is exit 2 on every net with
-/// a convolution.
+/// with AVX2 oneDNN's won or tied). Another activation or a kept pre-activation (the fast CIFAR
+/// recipe's whitening layer and its GELU), a 16-bit output and AVX-512: the kernel applies them
+/// to each output row in cache, where oneDNN writes a float32 tensor for a pass after; with a
+/// float32 output oneDNN's kernel and that pass were faster ("The first layer's epilogue").
+/// The switch first: a bad value is exit 2 on every net with a convolution.
 bool few_channel_forward(const ConvQuery& q) {
-  const bool relu_only = !q.keep_pre && (q.act.is_none() || q.act.kind == ActKind::Relu);
-  if (!conv_fwd_small_enabled() || q.in != q.out || !relu_only || reference_loops() || !conv_fwd_small_applies(q.g))
-    return false;
+  if (!conv_fwd_small_enabled() || q.in != q.out || reference_loops() || !conv_fwd_small_applies(q.g)) return false;
+  if (needs_epilogue(q)) return is_16bit(q.out) && kernel_isa() == KernelIsa::Avx512;
+  if (q.g.K == 24) return false;  // measured only with an epilogue
   if (is_16bit(q.out)) return true;
   return q.out == DType::F32 && kernel_isa() == KernelIsa::Avx512 && (q.g.C == 1 || q.g.K != 32);
 }
@@ -110,7 +117,7 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
     // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
     // few-channel forward beats, and an AMX weight gradient slower than mpx's bfloat16 dot
     // products (docs/cpu-performance.md, "The first layer's forward pass").
-    if (q.pass == ConvPass::Forward && q.g.C == 1 && few_channel_forward(q)) return false;
+    if (q.pass == ConvPass::Forward && (q.g.C == 1 || needs_epilogue(q)) && few_channel_forward(q)) return false;
     const WgradMode mode = wgrad_mode();
     const bool own_wgrad = q.pass == ConvPass::BackwardFilter && q.in == q.out &&
                            (mode == WgradMode::Default || mode == WgradMode::Auto);
@@ -170,6 +177,15 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
                 "3x3 stride 1 on Winograd; its transforms read and round the 16-bit activations", m);
   // Winograd's default rule (16+ input channels) and the few-channel kernel (1-4) never meet; a
   // forced Winograd (cpu.winograd on or f2) takes a float32 layer first.
+  if (few_channel_forward(q) && m == 0 && needs_epilogue(q))
+    return pick(ConvKernel::FewChannels,
+                fmt::format("mpx:few-channels {}, {}{} per output row in cache", conv_fwd_small_isa(),
+                            q.act.is_none() ? "no activation"
+                            : q.act.kind == ActKind::Scale ? "scale"
+                                                           : activation_name(q.act.kind),
+                            q.keep_pre ? " and the pre-activation" : ""),
+                "1-4 input channels, 16/24/32/64 filters, an activation or the pre-activation after the "
+                "convolution: mpx's kernel applies them to each output row while it is in cache");
   if (few_channel_forward(q) && m == 0)
     return is_16bit(q.out)
                ? pick(ConvKernel::FewChannels,

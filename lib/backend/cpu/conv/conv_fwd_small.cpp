@@ -36,17 +36,23 @@ struct Layout {
 
 Layout layout(const conv_detail::Geo& g) {
   Layout l{};
-  l.wt = whole_lines(g.R * g.S * g.C * g.K);
-  l.b = whole_lines(g.K);
+  const int64_t Kp = fwd_small_filters(g);
+  l.wt = whole_lines(g.R * g.S * g.C * Kp);
+  l.b = whole_lines(Kp);
   l.xrows = whole_lines(g.R * fwd_small_columns(g) * g.C);
-  l.yrow = whole_lines(g.Q * g.K);
+  l.yrow = whole_lines(g.Q * Kp);
   l.per = l.xrows + l.yrow;
   return l;
 }
 
 }  // namespace
 
-bool conv_fwd_small_applies(const conv_detail::Geo& g) { return conv_detail::few_channel_shape(g); }
+bool conv_fwd_small_applies(const conv_detail::Geo& g) {
+  if (g.K != 24) return conv_detail::few_channel_shape(g);
+  conv_detail::Geo as32 = g;
+  as32.K = 32;
+  return conv_detail::few_channel_shape(as32);
+}
 
 size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads) {
   const Layout l = layout(g);
@@ -55,23 +61,25 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_fwd_small_isa() { return winograd_isa(); }
 
-void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, bool relu, void* y,
-                    DType io, float* scratch) {
+void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
+                    void* pre, void* y, DType io, float* scratch) {
   const Layout l = layout(g);
   static auto* const by_cpu = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
   auto* const run = io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run : by_cpu;
-  const int64_t J = g.R * g.S * g.C, rows = g.N * g.P;
-  float* wt = scratch;  // wt[j][k] = w[k][j]
-  for (int64_t k = 0; k < g.K; ++k)
-    for (int64_t j = 0; j < J; ++j) wt[j * g.K + k] = w[k * J + j];
+  const int64_t J = g.R * g.S * g.C, rows = g.N * g.P, Kp = fwd_small_filters(g);
+  float* wt = scratch;  // wt[j][k] = w[k][j], zeros for the filters past K
+  for (int64_t k = 0; k < Kp; ++k)
+    for (int64_t j = 0; j < J; ++j) wt[j * Kp + k] = k < g.K ? w[k * J + j] : 0.0f;
   float* bias = scratch + l.wt;
-  for (int64_t k = 0; k < g.K; ++k) bias[k] = b ? b[k] : 0.0f;
+  for (int64_t k = 0; k < Kp; ++k) bias[k] = b && k < g.K ? b[k] : 0.0f;
+  const bool relu = act.kind == ActKind::Relu && !pre;
+  const bool epilogue = pre || !(act.is_none() || act.kind == ActKind::Relu);
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     float* base = scratch + l.wt + l.b + l.per * t;
-    const FwdSmallArgs a{&g, x, wt, bias, relu, y, io, base, base + l.xrows};
+    const FwdSmallArgs a{&g, x, wt, bias, relu, y, io, base, base + l.xrows, epilogue, act, pre};
     run(a, rows * t / nt, rows * (t + 1) / nt);
   }
 }

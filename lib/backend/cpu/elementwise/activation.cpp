@@ -247,6 +247,21 @@ void activation_epilogue(Activation act, float* z, const Tensor& y, const Tensor
   });
 }
 
+void activation_epilogue_span(Activation act, float* z, int64_t n, void* y, void* pre, DType t) {
+  const float alpha = act.alpha;
+  const KernelIsa isa = activation_isa();
+  const size_t es = dtype_size(t);
+  with_activation_kind(act.kind, [&](auto kind) {
+    for (int64_t off = 0; off < n; off += kBlock) {
+      const int64_t m = std::min(kBlock, n - off);
+      float* zi = z + off;
+      if (pre) convert(zi, DType::F32, static_cast<char*>(pre) + off * es, t, static_cast<size_t>(m));
+      if constexpr (decltype(kind)::value != ActKind::None) forward_rows<decltype(kind)::value>(isa, alpha, zi, zi, m);
+      convert(zi, DType::F32, static_cast<char*>(y) + off * es, t, static_cast<size_t>(m));
+    }
+  });
+}
+
 void add(Context& /*ctx*/, const Tensor& a, const Tensor& b, const Tensor& y) {
   const int64_t total = a.numel();
   if (a.dtype == DType::F32 && !reference_loops() && total > 0) {
