@@ -5,7 +5,7 @@
 // and the CIFAR seed net's second layer at batch 256: ms per call (best of N, float32 dw, no
 // bias gradient), the ratio, and the largest difference between the two dw. Prints one line
 // where mpx's AMX kernel cannot run (CPU, build, ONEDNN_MAX_CPU_ISA or MPX_CPU_16BIT=widen).
-//   build/bench/amx_wgrad_bench [--reps N]
+//   build/bench/amx_wgrad_bench [--reps N] [--only TEXT]   (TEXT: the layers whose name has it)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -95,11 +95,14 @@ void compare(const Layer& l, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 3;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--only TEXT]\n", argv[0]);
       return 2;
     }
   }
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
                           {"fast CIFAR 7x7x256->256", 1024, 7, 256, 256},
                           {"fast CIFAR 3x3x256->256", 1024, 3, 256, 256},
                           {"CIFAR seed 32x32x64->128", 256, 32, 64, 128}};
-  for (const Layer& l : layers) compare(l, reps);
+  for (const Layer& l : layers)
+    if (only.empty() || std::strstr(l.name, only.c_str())) compare(l, reps);
   return 0;
 }
