@@ -78,6 +78,25 @@ double unit_roundoff(DType t) {
   return t == DType::BF16 ? std::ldexp(1.0, -8) : t == DType::F16 ? std::ldexp(1.0, -11) : 0.0;
 }
 
+/// A case's geometry and its x (values of dtype t), w and b (float32), from a seeded Rng.
+struct CaseData {
+  Conv2dParams p;
+  ref::ConvDims d;
+  cpu::conv_detail::Geo g;
+  std::vector<float> x, w, b;
+};
+CaseData case_data(const ConvCase& c, DType t, uint64_t seed) {
+  CaseData k;
+  k.p = c.params();
+  k.d = ref::conv_dims(k.p, c.N, c.H, c.W, c.C, c.K);
+  k.g = support::stride1_geo(c, k.d);
+  Rng rng(seed);
+  k.x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
+  k.w = support::uniform_values(rng, c.K * c.R * c.S * c.C, DType::F32);
+  k.b = support::uniform_values(rng, c.K, DType::F32);
+  return k;
+}
+
 }  // namespace
 
 TEST_CASE("few-channel forward convolution: within its float32 summation bound of the float64 reference",
@@ -85,14 +104,8 @@ TEST_CASE("few-channel forward convolution: within its float32 summation bound o
   for (const ConvCase& c : support::few_channel_cases())
     for (DType t : {DType::F32, DType::BF16, DType::F16})
       for (bool relu : {false, true}) DYNAMIC_SECTION(c.name << " " << dtype_name(t) << (relu ? " relu" : "")) {
-          const Conv2dParams p = c.params();
-          const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
-          const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+          const auto& [p, d, g, x, w, b] = case_data(c, t, static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
           REQUIRE(cpu::conv_fwd_small_applies(g));
-          Rng rng(static_cast<uint64_t>(c.N * 977 + c.H * 31 + c.C * 7 + c.K));
-          const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
-          const std::vector<float> w = support::uniform_values(rng, c.K * c.R * c.S * c.C, DType::F32);
-          const std::vector<float> b = support::uniform_values(rng, c.K, DType::F32);
           const Vec bv = support::widen(b);
           const Vec ry = ref::conv2d_forward(p, d, support::widen(x), support::widen(w), &bv, Activation::None);
           std::vector<float> ax(x.size()), aw(w.size()), ab(b.size());
@@ -227,14 +240,8 @@ TEST_CASE("few-channel forward convolution with an epilogue: GELU, SiLU or none 
           if (act.is_none() && !keep_pre) continue;  // no epilogue
           DYNAMIC_SECTION(c.name << " " << dtype_name(t) << " " << (act.is_none() ? "none" : activation_name(act.kind))
                                  << (keep_pre ? ", pre kept" : "")) {
-            const Conv2dParams p = c.params();
-            const ref::ConvDims d = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
-            const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+            const auto& [p, d, g, x, w, b] = case_data(c, t, static_cast<uint64_t>(c.N * 131 + c.H * 17 + c.C * 5 + c.K));
             REQUIRE(cpu::conv_fwd_small_applies(g));
-            Rng rng(static_cast<uint64_t>(c.N * 131 + c.H * 17 + c.C * 5 + c.K));
-            const std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W * c.C, t);
-            const std::vector<float> w = support::uniform_values(rng, c.K * c.R * c.S * c.C, DType::F32);
-            const std::vector<float> b = support::uniform_values(rng, c.K, DType::F32);
             // The float32 sums without an activation (checked against float64 above), through
             // the backend's separate epilogue pass over a whole tensor.
             const std::vector<float> z = run(g, x, w, b, Activation::None, DType::F32, 1);
