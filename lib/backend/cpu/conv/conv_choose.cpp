@@ -79,9 +79,8 @@ bool amx_wgrad(const ConvQuery& q) {
   return wino != WinogradMode::F4 && wino != WinogradMode::F2;
 }
 
-/// Whether a forward pass leaves work after the convolution that a fused relu does not cover:
-/// another activation, or a kept pre-activation.
-bool needs_epilogue(const ConvQuery& q) { return q.keep_pre || !(q.act.is_none() || q.act.kind == ActKind::Relu); }
+/// Whether the forward pass needs the few-channel kernel's per-row epilogue (conv_fwd_small.h).
+bool needs_epilogue(const ConvQuery& q) { return fwd_small_epilogue(q.act, q.keep_pre); }
 
 /// Whether the forward pass can take mpx's few-channel kernel: 1-4 input channels, 16/24/32/64
 /// filters (conv_fwd_small.h), the output in the input's dtype. Relu or no activation and no

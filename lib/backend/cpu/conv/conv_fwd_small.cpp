@@ -73,7 +73,7 @@ void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, co
   float* bias = scratch + l.wt;
   for (int64_t k = 0; k < Kp; ++k) bias[k] = b && k < g.K ? b[k] : 0.0f;
   const bool relu = act.kind == ActKind::Relu && !pre;
-  const bool epilogue = pre || !(act.is_none() || act.kind == ActKind::Relu);
+  const bool epilogue = fwd_small_epilogue(act, pre != nullptr);
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {

@@ -25,6 +25,12 @@ namespace mpx::cpu {
 /// (24 computed as 32 with zero filters), R * S * C <= 64.
 bool conv_fwd_small_applies(const conv_detail::Geo& g);
 
+/// Whether a forward pass leaves work after the convolution that a fused relu does not cover:
+/// another activation, or a kept pre-activation (conv_fwd_small's per-row epilogue).
+inline bool fwd_small_epilogue(Activation act, bool keep_pre) {
+  return keep_pre || !(act.is_none() || act.kind == ActKind::Relu);
+}
+
 /// The filters the loop computes: K, or 32 for K = 24.
 inline int64_t fwd_small_filters(const conv_detail::Geo& g) { return g.K == 24 ? 32 : g.K; }
 
