@@ -316,9 +316,9 @@ TEST_CASE("the dense chooser's answer, asked without running the op, is the kern
 TEST_CASE("the dense backward chooser's answer is what Backend::dense_backward runs and records",
           "[backend][cpu][chooser]") {
   // Both backward passes in one walk over x (choose_dense_backward) exactly where the rule says:
-  // a float32 x of at least 8,192 columns whose backward-data pass alone runs mpx's few-output
-  // loops, at most kDenseFewFuseMaxOut outputs, the AVX-512 or AVX2 build, MPX_DENSE_FEW unset or auto;
-  // else each pass runs (and records) its own kernel.
+  // an x of at least 8,192 columns whose backward-data pass alone runs mpx's few-output loops, at
+  // most kDenseFewFuseMaxOut outputs, float32 in the AVX-512 build or any dtype in the AVX2 build,
+  // MPX_DENSE_FEW unset or auto; else each pass runs (and records) its own kernel.
   const DType t = GENERATE(DType::F32, DType::BF16);
   const int64_t N = 256;
   const DenseLayer layers[] = {{"cifar dense 128->256", 128, 256}, {"cifar dense 256->10", 256, 10},
@@ -334,8 +334,8 @@ TEST_CASE("the dense backward chooser's answer is what Backend::dense_backward r
       qd.pass = DensePass::BackwardData;
       const DenseKernel kd = cpu::choose_dense(qd).kernel;
       const std::string isa = cpu::dense_few_isa();
-      const bool want = l.Co <= cpu::kDenseFewFuseMaxOut && kd == DenseKernel::FewOutputs && t == DType::F32 &&
-                        l.Ci >= 8192 && (isa == "avx512" || isa == "avx2") &&
+      const bool want = l.Co <= cpu::kDenseFewFuseMaxOut && kd == DenseKernel::FewOutputs && l.Ci >= 8192 &&
+                        (isa == "avx2" || (isa == "avx512" && t == DType::F32)) &&
                         (env("MPX_DENSE_FEW").empty() || env("MPX_DENSE_FEW") == "auto");
 
       CHECK((c.kernel == DenseKernel::FewOutputs) == want);

@@ -34,15 +34,17 @@ bool few_f32_wins(const DenseQuery& q) {
   return q.big == DType::F32 && q.Ci >= kFewF32MinIn && q.pass != DensePass::BackwardWeights;
 }
 
-/// Both backward passes in one walk over x (dense_few_backward): a float32 x with AVX-512 or
-/// AVX2, where the backward-data pass runs mpx's loops (few_f32_wins: at least kFewF32MinIn
-/// columns). Measured (docs/cpu-performance.md, "Both backward passes in one walk"): the seed
-/// MNIST net's float32 step 1.3x faster with AVX-512 and 1.1x under the AVX2 cap (its chunked
-/// form); a 16-bit x (half the bytes) tied or lost against the two passes. The baseline build
-/// is not measured, so it keeps the two passes.
+/// Both backward passes in one walk over x (dense_few_backward), where the backward-data pass
+/// runs mpx's loops, over at least kFewF32MinIn columns: a float32 x with AVX-512 (the register
+/// walk), any x with AVX2 (the chunked walk). Measured (docs/cpu-performance.md, "Both backward
+/// passes in one walk"): the seed MNIST net's float32 step 1.3x faster with AVX-512 and 1.1x
+/// under the AVX2 cap; with a 16-bit x the register walk lost on a Zen 4 EPYC, and the chunked
+/// walk tied there and won 1.07-1.09x on an AMX Xeon capped at AVX2. The baseline build is not
+/// measured, so it keeps the two passes.
 bool fused_backward_wins(const DenseQuery& q) {
   const std::string isa = dense_few_isa();
-  return q.big == DType::F32 && q.Ci >= kFewF32MinIn && (isa == "avx512" || isa == "avx2");
+  if (q.Ci < kFewF32MinIn) return false;
+  return isa == "avx2" || (isa == "avx512" && q.big == DType::F32);
 }
 
 DenseChoice pick(DenseKernel k, std::string name, std::string why) {
@@ -93,8 +95,9 @@ DenseChoice choose_dense_backward(const DenseQuery& q) {
     return pick(DenseKernel::FewOutputs,
                 fmt::format("mpx:few-outputs {}, both passes in one walk, {} x in registers", dense_few_isa(),
                             dtype_name(q.big)),
-                fmt::format("at most {} outputs and a float32 x of at least {} columns with AVX-512 or AVX2: "
-                            "mpx's loops read x once for the weight gradient and the backward-data pass",
+                fmt::format("at most {} outputs and an x of at least {} columns, float32 with AVX-512 or any "
+                            "dtype with AVX2: mpx's loops read x once for the weight gradient and the "
+                            "backward-data pass",
                             kDenseFewFuseMaxOut, kFewF32MinIn));
   return pick(DenseKernel::OneDnn, "", "each pass its own kernel");
 }
