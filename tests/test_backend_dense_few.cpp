@@ -449,7 +449,8 @@ TEST_CASE("dense_backward: the results of the weight gradient and the backward-d
                         {DType::F32, DType::F32, 300, 32},  {DType::BF16, DType::BF16, 300, 10},
                         {DType::F16, DType::F16, 300, 7},   {DType::BF16, DType::BF16, 300, 12},
                         {DType::F32, DType::BF16, 8200, 10}, {DType::F32, DType::F16, 300, 10},
-                        {DType::F32, DType::BF16, 300, 32}};
+                        {DType::F32, DType::BF16, 300, 32},  {DType::F32, DType::F16, 8200, 10},
+                        {DType::BF16, DType::BF16, 8200, 7}};
   for (const DenseCase& cs : cases)
     for (bool relu : {true, false})
       DYNAMIC_SECTION(dtype_name(cs.t) << " layer, " << dtype_name(cs.tx) << " x, " << cs.Ci << " -> " << cs.Co
