@@ -3,7 +3,9 @@
 // docs/cpu-performance.md, "The AMX weight gradient") against oneDNN's (brgconv_bwd_w on AMX
 // CPUs), on the same bfloat16 inputs, for the 3x3 layers of the fast CIFAR recipe at batch 1024
 // and the CIFAR seed net's second layer at batch 256: ms per call (best of N, float32 dw, no
-// bias gradient), the ratio, and the largest difference between the two dw. Prints one line
+// bias gradient) with mpx's threads sharing every pass and sharing slabs of passes, the ratio
+// of oneDNN's time to that of the split mpx's rule takes, and the largest differences of the
+// two mpx dw from oneDNN's. Prints one line
 // where mpx's AMX kernel cannot run (CPU, build, ONEDNN_MAX_CPU_ISA or MPX_CPU_16BIT=widen).
 //   build/bench/amx_wgrad_bench [--reps N] [--only TEXT]   (TEXT: the layers whose name has it)
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/backend.h"
@@ -69,26 +72,33 @@ void compare(const Layer& l, int reps) {
   reorder(mdw, mref).execute(s, mdw, mref);
   s.wait();
 
-  // mpx: the kernel with the geometry and scratch the convolution op gives it.
+  // mpx: the kernel with the geometry and scratch the convolution op gives it, with the
+  // threads sharing every pass and sharing slabs of passes (the op takes the rule's).
   mpx::cpu::conv_detail::Geo g{};
   g.N = l.N, g.H = H, g.W = W, g.C = C, g.K = K, g.R = g.S = 3, g.P = H, g.Q = W, g.sh = g.sw = 1, g.pt = g.pl = 1;
-  const size_t bytes = (mpx::cpu::conv_wgrad_amx_scratch_bytes(g) + 63) / 64 * 64;
-  std::unique_ptr<void, decltype(&std::free)> scratch(std::aligned_alloc(64, bytes), &std::free);
-  std::memset(scratch.get(), 0, bytes);
-  std::vector<float> dw(static_cast<size_t>(K * 9 * C));
-  double t_mpx = 1e30;
-  for (int r = 0; r <= reps; ++r) {
-    const double t0 = now_ms();
-    mpx::cpu::conv_wgrad_amx(g, x.data(), dy.data(), dw.data(), nullptr, scratch.get());
-    if (r > 0) t_mpx = std::min(t_mpx, now_ms() - t0);
-  }
+  const int threads = omp_get_max_threads();
   const float* ref = static_cast<const float*>(mref.get_data_handle());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < dw.size(); ++i)
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - dw[i])),
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
-  std::printf("%-28s batch %5lld | oneDNN %-26s %7.2f ms | mpx %7.2f ms | %.2fx | max |diff| %.2g of %.3g\n", l.name,
-              static_cast<long long>(l.N), pd.impl_info_str(), t_dnnl, t_mpx, t_dnnl / t_mpx, max_diff, max_ref);
+  double t_split[2] = {1e30, 1e30}, max_diff[2] = {0, 0}, max_ref = 0;
+  for (int k = 0; k < 2; ++k) {
+    const auto split = k == 0 ? mpx::cpu::AmxSplit::Passes : mpx::cpu::AmxSplit::Slabs;
+    const size_t bytes = (mpx::cpu::conv_wgrad_amx_scratch_bytes(g, threads, split) + 63) / 64 * 64;
+    std::unique_ptr<void, decltype(&std::free)> scratch(std::aligned_alloc(64, bytes), &std::free);
+    std::memset(scratch.get(), 0, bytes);
+    std::vector<float> dw(static_cast<size_t>(K * 9 * C));
+    for (int r = 0; r <= reps; ++r) {
+      const double t0 = now_ms();
+      mpx::cpu::conv_wgrad_amx(g, x.data(), dy.data(), dw.data(), nullptr, scratch.get(), threads, split);
+      if (r > 0) t_split[k] = std::min(t_split[k], now_ms() - t0);
+    }
+    for (size_t i = 0; i < dw.size(); ++i)
+      max_diff[k] = std::max(max_diff[k], std::fabs(static_cast<double>(ref[i]) - dw[i])),
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+  }
+  const int chosen = mpx::cpu::conv_wgrad_amx_split(g) == mpx::cpu::AmxSplit::Slabs ? 1 : 0;
+  std::printf("%-26s batch %5lld | oneDNN %-26s %6.2f ms | mpx passes %6.2f, slabs %6.2f ms (rule: %s) | %.2fx | "
+              "max |diff| %.2g, %.2g of %.3g\n",
+              l.name, static_cast<long long>(l.N), pd.impl_info_str(), t_dnnl, t_split[0], t_split[1],
+              chosen ? "slabs" : "passes", t_dnnl / t_split[chosen], max_diff[0], max_diff[1], max_ref);
 }
 
 }  // namespace
@@ -114,7 +124,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("amx_wgrad_bench on %s, best of %d: 3x3 same weight gradients, bfloat16 x and dy, float32 dw "
-              "(oneDNN / mpx = the ratio)\n",
+              "(oneDNN / mpx's rule = the ratio)\n",
               cpu.c_str(), reps);
   const Layer layers[] = {{"fast CIFAR 15x15x64->64", 1024, 15, 64, 64},
                           {"fast CIFAR 15x15x64->256", 1024, 15, 64, 256},

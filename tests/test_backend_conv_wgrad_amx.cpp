@@ -2,8 +2,10 @@
 // mpx's bfloat16 weight gradient on AMX tiles (lib/backend/cpu/conv/conv_wgrad_amx.cpp,
 // docs/cpu-performance.md "The AMX weight gradient") against the float64 reference, within
 // the bound of its float32 sums over the grid: 3x3 same and valid, asymmetric padding, 1x1,
-// 2x2 with padding after, 5x5 and 7x7, 16-filter and 16-channel tails, grids longer than one
-// pass; the same bits at 1, 2 and 3 threads; a non-finite input never lost; the shape rule.
+// 2x2 with padding after, 5x5 and 7x7, 16-filter and 16-channel tails, grids of two and of
+// eleven passes (eight slabs); with the threads sharing every pass and sharing slabs of
+// passes, the same bits at 1, 2 and 3 threads; a non-finite input never lost; the shape rule
+// and the split's rule.
 // Where the CPU (or the build, or oneDNN's ISA limit) has no AMX-BF16 the kernel is not run
 // and the tests say so; the rule is checked everywhere.
 #include <catch2/catch.hpp>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/conv/conv_wgrad_amx.h"
@@ -31,8 +34,9 @@ namespace {
 std::vector<ConvCase> amx_cases() {
   return {
       {"3x3 same, 7x7 images, C=32, K=32", 3, 7, 7, 32, 32, 3, 3, 1, 1, 1, 1},
-      {"3x3 same, 8x8 images, 12 of them (more than one pass of the grid), C=32, K=64", 12, 8, 8, 32, 64, 3, 3, 1, 1,
-       1, 1},
+      {"3x3 same, 8x8 images, 40 of them (two passes of the grid), C=32, K=64", 40, 8, 8, 32, 64, 3, 3, 1, 1, 1, 1},
+      {"3x3 same, 8x8 images, 256 of them (eleven passes, eight slabs), C=16, K=32", 256, 8, 8, 16, 32, 3, 3, 1, 1, 1,
+       1},
       {"3x3 same, a 16-filter tail: C=32, K=48", 2, 6, 5, 32, 48, 3, 3, 1, 1, 1, 1},
       {"3x3 same, a 16-channel tail: C=48, K=16", 2, 5, 6, 48, 16, 3, 3, 1, 1, 1, 1},
       {"3x3 valid, C=16, K=32", 2, 8, 9, 16, 32, 3, 3, 0, 0, 0, 0},
@@ -48,16 +52,17 @@ struct Result {
   std::vector<float> dw, db;
 };
 
-Result run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& dy, int threads) {
+Result run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& dy, int threads,
+           cpu::AmxSplit split) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Result r{std::vector<float>(static_cast<size_t>(g.K * g.R * g.S * g.C), nan),
            std::vector<float>(static_cast<size_t>(g.K), nan)};
   const std::vector<uint16_t> x16 = support::to16(x, DType::BF16), dy16 = support::to16(dy, DType::BF16);
-  const size_t bytes = (cpu::conv_wgrad_amx_scratch_bytes(g) + 63) / 64 * 64;
+  const size_t bytes = (cpu::conv_wgrad_amx_scratch_bytes(g, threads, split) + 63) / 64 * 64;
   std::unique_ptr<void, decltype(&std::free)> scratch(std::aligned_alloc(64, bytes), &std::free);
   std::memset(scratch.get(), 0xff, bytes);  // NaN bit patterns: the kernel writes what it reads
   const support::OmpThreads th(threads);
-  cpu::conv_wgrad_amx(g, x16.data(), dy16.data(), r.dw.data(), r.db.data(), scratch.get());
+  cpu::conv_wgrad_amx(g, x16.data(), dy16.data(), r.dw.data(), r.db.data(), scratch.get(), threads, split);
   return r;
 }
 
@@ -94,22 +99,27 @@ TEST_CASE("AMX weight gradient: within its float32 summation bound of the float6
       const double u = std::ldexp(1.0, -24);
       const auto gamma = [u](double n) { return n * u / (1 - n * u); };
       const double gw = gamma(static_cast<double>(a.Gm) + 1), gb = gamma(17);
-      const Result one = run(g, x, dy, 1);
-      for (size_t i = 0; i < one.dw.size(); ++i) {
-        const double tol = gw * mdw[i] + 1e-30;
-        if (!(std::fabs(one.dw[i] - rdw[i]) <= tol))
-          FAIL("dw[" << i << "] " << one.dw[i] << ", reference " << rdw[i] << ", bound " << tol);
-      }
-      for (size_t k = 0; k < one.db.size(); ++k) {
-        const double tol = gb * mdb[k] + u * std::fabs(rdb[k]) + 1e-30;
-        if (!(std::fabs(one.db[k] - rdb[k]) <= tol))
-          FAIL("db[" << k << "] " << one.db[k] << ", reference " << rdb[k] << ", bound " << tol);
-      }
-      for (int threads : {2, 3}) {
-        INFO(threads << " threads");
-        const Result more = run(g, x, dy, threads);
-        support::check_exact("dw against 1 thread", more.dw, one.dw);
-        support::check_exact("db against 1 thread", more.db, one.db);
+      // With slabs, each dw element is the float64 sum of the slabs' float32 sums, rounded
+      // once: within the same bound, as every slab has fewer pixels than the grid.
+      for (const cpu::AmxSplit split : {cpu::AmxSplit::Passes, cpu::AmxSplit::Slabs}) {
+        INFO((split == cpu::AmxSplit::Slabs ? "slabs" : "passes"));
+        const Result one = run(g, x, dy, 1, split);
+        for (size_t i = 0; i < one.dw.size(); ++i) {
+          const double tol = gw * mdw[i] + 1e-30;
+          if (!(std::fabs(one.dw[i] - rdw[i]) <= tol))
+            FAIL("dw[" << i << "] " << one.dw[i] << ", reference " << rdw[i] << ", bound " << tol);
+        }
+        for (size_t k = 0; k < one.db.size(); ++k) {
+          const double tol = gb * mdb[k] + u * std::fabs(rdb[k]) + 1e-30;
+          if (!(std::fabs(one.db[k] - rdb[k]) <= tol))
+            FAIL("db[" << k << "] " << one.db[k] << ", reference " << rdb[k] << ", bound " << tol);
+        }
+        for (int threads : {2, 3}) {
+          INFO(threads << " threads");
+          const Result more = run(g, x, dy, threads, split);
+          support::check_exact("dw against 1 thread", more.dw, one.dw);
+          support::check_exact("db against 1 thread", more.db, one.db);
+        }
       }
     }
 }
@@ -135,16 +145,18 @@ TEST_CASE("AMX weight gradient: an infinity in x or dy is never lost", "[backend
         dy[static_cast<size_t>(((2 * d.P + 0) * d.Q + 4) * c.K + 7)] = -inf;  // image 2, first row
       Vec rdb;
       const Vec rdw = ref::conv2d_backward_filter(p, d, support::widen(x), support::widen(dy), &rdb);
-      const Result r = run(g, x, dy, 2);
+      const Result r = run(g, x, dy, 2, cpu::AmxSplit::Slabs);
+      const Result rp = run(g, x, dy, 2, cpu::AmxSplit::Passes);
       int64_t nonfinite = 0;
       for (size_t i = 0; i < rdw.size(); ++i)
         if (!std::isfinite(rdw[i])) {
           ++nonfinite;
-          if (std::isfinite(r.dw[i])) FAIL("dw[" << i << "] " << r.dw[i] << ", reference " << rdw[i]);
+          if (std::isfinite(r.dw[i])) FAIL("dw[" << i << "] " << r.dw[i] << " (slabs), reference " << rdw[i]);
+          if (std::isfinite(rp.dw[i])) FAIL("dw[" << i << "] " << rp.dw[i] << " (passes), reference " << rdw[i]);
         }
       CHECK(nonfinite > 0);
       for (size_t k = 0; k < rdb.size(); ++k)
-        if (!std::isfinite(rdb[k])) CHECK(!std::isfinite(r.db[k]));
+        if (!std::isfinite(rdb[k])) CHECK((!std::isfinite(r.db[k]) && !std::isfinite(rp.db[k])));
     }
 }
 
@@ -174,4 +186,26 @@ TEST_CASE("AMX weight gradient: the shape rule", "[backend][cpu][conv][amx]") {
   CHECK(a.Hg == 8);
   CHECK(a.Gm == 128);
   CHECK(a.lead == 9);
+  CHECK(a.passes == 1);
+  CHECK(a.slabs == 1);
+  // 256 32x32 images: a 33x33 grid, 8,712 blocks of 32 pixels, 137 passes of 64, 8 slabs.
+  const cpu::conv_detail::Geo seed = geo(32, 32, 64, 128, 3, 1, 1, 1, 1);
+  cpu::conv_detail::Geo seed256 = seed;
+  seed256.N = 256;
+  const cpu::AmxGrid b = cpu::conv_wgrad_amx_grid(seed256);
+  CHECK(b.Gm == 256 * 33 * 33);
+  CHECK(b.passes == 137);
+  CHECK(b.slabs == cpu::kAmxSlabs);
+  // The split: slabs where dw in float32 takes at most 1 MiB (the 64 -> 128 and 64 -> 256 3x3
+  // layers), passes above (256 -> 256), unless MPX_AMX_WGRAD_SPLIT says otherwise.
+  const char* forced = std::getenv("MPX_AMX_WGRAD_SPLIT");
+  if (forced && *forced && std::string(forced) != "auto") {
+    WARN("MPX_AMX_WGRAD_SPLIT=" << forced << ": the split's rule is not checked");
+  } else {
+    CHECK(cpu::conv_wgrad_amx_split(seed) == cpu::AmxSplit::Slabs);
+    CHECK(cpu::conv_wgrad_amx_split(geo(15, 15, 64, 256, 3, 1, 1, 1, 1)) == cpu::AmxSplit::Slabs);
+    CHECK(cpu::conv_wgrad_amx_split(geo(7, 7, 256, 256, 3, 1, 1, 1, 1)) == cpu::AmxSplit::Passes);
+    CHECK(cpu::conv_wgrad_amx_split(geo(7, 7, 112, 256, 3, 1, 1, 1, 1)) == cpu::AmxSplit::Slabs);   // 1,032,192 B
+    CHECK(cpu::conv_wgrad_amx_split(geo(7, 7, 128, 256, 3, 1, 1, 1, 1)) == cpu::AmxSplit::Passes);  // 1,179,648 B
+  }
 }

@@ -36,6 +36,18 @@ WgradMode wgrad_mode() {
   return m;
 }
 
+AmxWgradSplit amx_wgrad_split() {
+  static const AmxWgradSplit m = [] {
+    const std::string v = env_string("MPX_AMX_WGRAD_SPLIT");
+    if (v.empty() || v == "auto") return AmxWgradSplit::Auto;
+    if (v == "slabs") return AmxWgradSplit::Slabs;
+    if (v == "passes") return AmxWgradSplit::Passes;
+    throw ConfigError("environment variable MPX_AMX_WGRAD_SPLIT='" + v +
+                      "': expected auto, slabs or passes (or unset it)");
+  }();
+  return m;
+}
+
 bool conv_fwd_small_enabled() {
   static const bool on = [] {
     const std::string v = env_string("MPX_CONV_FORWARD");

@@ -27,6 +27,11 @@ int conv_blocked_forced();
 enum class WgradMode { Default, OneDnn, Auto, Gemm };
 WgradMode wgrad_mode();
 
+/// MPX_AMX_WGRAD_SPLIT: unset or auto, slabs, passes (how the threads share mpx's AMX weight
+/// gradient, conv_wgrad_amx.h).
+enum class AmxWgradSplit { Auto, Slabs, Passes };
+AmxWgradSplit amx_wgrad_split();
+
 /// MPX_CONV_FORWARD: unset or auto (true): 16-bit first layers may take mpx's few-channel
 /// forward kernel; onednn (false): they never do.
 bool conv_fwd_small_enabled();

@@ -303,8 +303,11 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
     conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
   } else if (c->kernel == ConvKernel::WgradAmx) {
     conv_native_backward_filter_own(ctx, p, x, dw, db);  // bfloat16 products: counted as native math
-    float* scratch = ctx.scratch(kSlotTmp0, (conv_wgrad_amx_scratch_bytes(g) + 3) / 4);
-    conv_wgrad_amx(g, static_cast<const uint16_t*>(x.data), static_cast<const uint16_t*>(dy.data), dwf, dbf, scratch);
+    const int threads = omp_get_max_threads();
+    const AmxSplit split = conv_wgrad_amx_split(g);
+    float* scratch = ctx.scratch(kSlotTmp0, (conv_wgrad_amx_scratch_bytes(g, threads, split) + 3) / 4);
+    conv_wgrad_amx(g, static_cast<const uint16_t*>(x.data), static_cast<const uint16_t*>(dy.data), dwf, dbf, scratch,
+                   threads, split);
   } else if (c->kernel == ConvKernel::Winograd16 || c->kernel == ConvKernel::Winograd) {
     const bool direct = c->kernel == ConvKernel::Winograd16;
     WinoGeo wg{g.N, g.H, g.W, g.C, g.P, g.Q, g.K, p.pad_top, p.pad_left, c->tile, 0};

@@ -229,18 +229,49 @@ struct Unit {
   int nk, nc;
 };
 
-/// The grid in passes of chunk_blocks blocks: all threads lay out a pass's dy and x (into
-/// buffers that stay in the caches), then each sums its units' products over it for every tap.
-/// Unit u belongs to thread u mod threads, and sums the passes in order: each dw element has
-/// one thread and one order whatever the thread count.
-void run_passes(Work& w, const uint16_t* x, const uint16_t* dy) {
+/// dw's units, filters outer.
+std::vector<Unit> make_units(const Work& w) {
   std::vector<Unit> units;
   for (int64_t k16 = 0; k16 < w.K16; k16 += 2)
     for (int64_t c16 = 0; c16 < w.C16; c16 += 2)
       units.push_back({k16, c16, static_cast<int>(std::min<int64_t>(2, w.K16 - k16)),
                        static_cast<int>(std::min<int64_t>(2, w.C16 - c16))});
+  return units;
+}
+
+/// Unit un's products over the pass for every tap, on its accumulators at acc (tap t's at
+/// acc + 1024 t), set on the first pass it sums.
+void unit_pass(const Work& w, const Unit& un, bool first, float* acc) {
+  const int64_t RS = w.g->R * w.g->S;
+  for (int64_t t = 0; t < RS; ++t) {
+    float* at = acc + t * 1024;
+    if (un.nk == 2 && un.nc == 2) tap_block<2, 2>(w, un.k16, un.c16, t, first, at);
+    else if (un.nk == 2) tap_block<2, 1>(w, un.k16, un.c16, t, first, at);
+    else if (un.nc == 2) tap_block<1, 2>(w, un.k16, un.c16, t, first, at);
+    else tap_block<1, 1>(w, un.k16, un.c16, t, first, at);
+  }
+}
+
+/// Unit un's accumulators at acc into out (KRSC, dw's layout): tile (ik, ic) of tap t holds
+/// filters 16 (k16 + ik).. and channels 16 (c16 + ic)..
+void unit_store(const Work& w, const Unit& un, const float* acc, float* out) {
   const Geo& g = *w.g;
   const int64_t RS = g.R * g.S, ldd = RS * g.C;
+  for (int64_t t = 0; t < RS; ++t)
+    for (int ik = 0; ik < un.nk; ++ik)
+      for (int ic = 0; ic < un.nc; ++ic) {
+        _tile_loadd(0, acc + t * 1024 + 256 * (2 * ik + ic), 64);
+        _tile_stored(0, out + ((un.k16 + ik) * 16 * RS + t) * g.C + (un.c16 + ic) * 16, ldd * 4);
+      }
+}
+
+/// The grid in passes of chunk_blocks blocks: all threads lay out a pass's dy and x (into
+/// buffers that stay in the caches), then each sums its units' products over it for every tap.
+/// Unit u belongs to thread u mod threads, and sums the passes in order: each dw element has
+/// one thread and one order whatever the thread count.
+void run_passes(Work& w, const uint16_t* x, const uint16_t* dy) {
+  const std::vector<Unit> units = make_units(w);
+  const int64_t RS = w.g->R * w.g->S;
   const int64_t n_units = static_cast<int64_t>(units.size());
   const int64_t x_pieces = (w.a.Jc + kPairs - 1) / kPairs;
 #pragma omp parallel
@@ -258,30 +289,66 @@ void run_passes(Work& w, const uint16_t* x, const uint16_t* dy) {
 #pragma omp for schedule(static)
       for (int64_t piece = 0; piece < x_pieces; ++piece)
         lay_out_x(w, x, piece * kPairs, std::min(w.a.Jc, (piece + 1) * kPairs));
-      for (int64_t u = th; u < n_units; u += nt) {
-        const Unit& un = units[static_cast<size_t>(u)];
-        for (int64_t t = 0; t < RS; ++t) {
-          float* acc = w.acc + (u * RS + t) * 1024;
-          if (un.nk == 2 && un.nc == 2) tap_block<2, 2>(w, un.k16, un.c16, t, mb0 == 0, acc);
-          else if (un.nk == 2) tap_block<2, 1>(w, un.k16, un.c16, t, mb0 == 0, acc);
-          else if (un.nc == 2) tap_block<1, 2>(w, un.k16, un.c16, t, mb0 == 0, acc);
-          else tap_block<1, 1>(w, un.k16, un.c16, t, mb0 == 0, acc);
-        }
-      }
+      for (int64_t u = th; u < n_units; u += nt)
+        unit_pass(w, units[static_cast<size_t>(u)], mb0 == 0, w.acc + u * RS * 1024);
 #pragma omp barrier
     }
-    // The accumulators into dw (KRSC): tile (ik, ic) of unit u and tap t holds filters
-    // 16 (k16 + ik).. and channels 16 (c16 + ic)..
-    for (int64_t u = th; u < n_units; u += nt) {
-      const Unit& un = units[static_cast<size_t>(u)];
-      for (int64_t t = 0; t < RS; ++t)
-        for (int ik = 0; ik < un.nk; ++ik)
-          for (int ic = 0; ic < un.nc; ++ic) {
-            _tile_loadd(0, w.acc + (u * RS + t) * 1024 + 256 * (2 * ik + ic), 64);
-            _tile_stored(0, w.dw + ((un.k16 + ik) * 16 * RS + t) * g.C + (un.c16 + ic) * 16, ldd * 4);
-          }
-    }
+    for (int64_t u = th; u < n_units; u += nt)
+      unit_store(w, units[static_cast<size_t>(u)], w.acc + u * RS * 1024, w.dw);
     _tile_release();
+  }
+}
+
+/// The grid in slabs of whole passes, one thread per slab: the thread lays out each of the
+/// slab's passes in its own buffers (its own caches) and sums every unit's products over it,
+/// with no barrier between threads; the slab's sums go to its own copy of dw (or dw itself for
+/// a single slab), and dw is their float64 sum in slab order after. The slabs depend on the
+/// shape only: each dw element has one order of sums whatever the thread count.
+void run_slabs(const Work& w0, const uint16_t* x, const uint16_t* dy, const AmxScratch& sc, char* base, int threads) {
+  const std::vector<Unit> units = make_units(w0);
+  const Geo& g = *w0.g;
+  const int64_t RS = g.R * g.S;
+  const int64_t n_units = static_cast<int64_t>(units.size());
+  const int64_t cb = w0.a.chunk_blocks, passes = w0.a.passes, slabs = w0.a.slabs;
+  const int64_t dwn = g.K * RS * g.C;
+  float* const partials = reinterpret_cast<float*>(base + sc.partials);
+#pragma omp parallel num_threads(threads)
+  {
+    tiles_on();
+    Work w = w0;
+    char* mine = base + static_cast<size_t>(omp_get_thread_num()) * sc.thread_bytes;
+    w.dyT = reinterpret_cast<uint16_t*>(mine + sc.dy);
+    w.xv = reinterpret_cast<uint16_t*>(mine + sc.x);
+    w.acc = reinterpret_cast<float*>(mine + sc.acc);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t sl = 0; sl < slabs; ++sl) {
+      const int64_t p0 = sl * passes / slabs, p1 = (sl + 1) * passes / slabs;
+      for (int64_t pass = p0; pass < p1; ++pass) {
+        w.mb0 = pass * cb;
+        w.nb = std::min(cb, w.MB - w.mb0);
+        for (int64_t b = 0; b < w.nb; ++b) lay_out_dy(w, dy, b);
+        lay_out_x(w, x, 0, w.a.Jc);
+        for (int64_t u = 0; u < n_units; ++u)
+          unit_pass(w, units[static_cast<size_t>(u)], pass == p0, w.acc + u * RS * 1024);
+      }
+      // The slab's sums into its copy of dw (KRSC), or into dw when there is one slab.
+      float* out = slabs == 1 ? w.dw : partials + sl * dwn;
+      for (int64_t u = 0; u < n_units; ++u) unit_store(w, units[static_cast<size_t>(u)], w.acc + u * RS * 1024, out);
+    }  // (the loop's barrier: every slab is in)
+    _tile_release();
+    if (slabs > 1) {
+#pragma omp for schedule(static)
+      for (int64_t i0 = 0; i0 < dwn; i0 += 1024) {
+        const int64_t i1 = std::min(dwn, i0 + 1024);
+        double sum[1024];
+        for (int64_t i = i0; i < i1; ++i) sum[i - i0] = partials[i];
+        for (int64_t sl = 1; sl < slabs; ++sl) {
+          const float* part = partials + sl * dwn;
+          for (int64_t i = i0; i < i1; ++i) sum[i - i0] += part[i];
+        }
+        for (int64_t i = i0; i < i1; ++i) w.dw[i] = static_cast<float>(sum[i - i0]);
+      }
+    }
   }
 }
 
@@ -302,19 +369,24 @@ void bias_sums(const Work& w, float* db) {
 
 }  // namespace
 
-void conv_wgrad_amx(const Geo& g, const uint16_t* x, const uint16_t* dy, float* dw, float* db, void* scratch) {
+void conv_wgrad_amx(const Geo& g, const uint16_t* x, const uint16_t* dy, float* dw, float* db, void* scratch,
+                    int threads, AmxSplit split) {
   Work w;
   w.g = &g;
   w.a = conv_wgrad_amx_grid(g);
   w.MB = w.a.Gm / 32, w.K16 = g.K / 16, w.C16 = g.C / 16;
-  const AmxScratch sc = conv_wgrad_amx_scratch(g);
+  const AmxScratch sc = conv_wgrad_amx_scratch(g, threads, split);
   char* base = static_cast<char*>(scratch);
-  w.dyT = reinterpret_cast<uint16_t*>(base + sc.dy);
-  w.xv = reinterpret_cast<uint16_t*>(base + sc.x);
-  w.acc = reinterpret_cast<float*>(base + sc.acc);
   w.db_part = db ? reinterpret_cast<float*>(base + sc.db) : nullptr;
   w.dw = dw;
-  run_passes(w, x, dy);
+  if (split == AmxSplit::Slabs) {
+    run_slabs(w, x, dy, sc, base, threads);
+  } else {
+    w.dyT = reinterpret_cast<uint16_t*>(base + sc.dy);
+    w.xv = reinterpret_cast<uint16_t*>(base + sc.x);
+    w.acc = reinterpret_cast<float*>(base + sc.acc);
+    run_passes(w, x, dy);
+  }
   if (db) bias_sums(w, db);
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/switches.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
@@ -32,6 +33,8 @@ AmxGrid conv_wgrad_amx_grid(const conv_detail::Geo& g) {
   const int64_t max_off = a.lead + (g.R - 1 - g.pt) * a.Wg + (g.S - 1 - g.pl);
   // A pass's last block reads pairs up to (32 chunk_blocks - 32 + max_off) / 2 + 15.
   a.Jc = a.chunk_blocks * 16 + max_off / 2 + 1;
+  a.passes = (a.Gm / 32 + a.chunk_blocks - 1) / a.chunk_blocks;
+  a.slabs = std::min(a.passes, kAmxSlabs);
   return a;
 }
 
@@ -46,22 +49,43 @@ bool conv_wgrad_amx_applies(const conv_detail::Geo& g) {
   return grid_waste(g, a) <= 2.0;
 }
 
-AmxScratch conv_wgrad_amx_scratch(const conv_detail::Geo& g) {
+AmxSplit conv_wgrad_amx_split(const conv_detail::Geo& g) {
+  switch (amx_wgrad_split()) {
+    case AmxWgradSplit::Slabs:
+      return AmxSplit::Slabs;
+    case AmxWgradSplit::Passes:
+      return AmxSplit::Passes;
+    case AmxWgradSplit::Auto:
+      break;
+  }
+  // Slabs where a thread's accumulators, the size of dw in float32, take at most half of an
+  // AMX core's 2 MB L2 beside its pass (docs/cpu-performance.md, "The AMX weight gradient").
+  return g.K * g.R * g.S * g.C * 4 <= (int64_t{1} << 20) ? AmxSplit::Slabs : AmxSplit::Passes;
+}
+
+AmxScratch conv_wgrad_amx_scratch(const conv_detail::Geo& g, int threads, AmxSplit split) {
   const AmxGrid a = conv_wgrad_amx_grid(g);
   const auto up64 = [](size_t b) { return (b + 63) / 64 * 64; };
   AmxScratch s;
-  // A pass's dy transposed (K x 32 chunk_blocks bfloat16), its x's two pair copies (2 x C x 2 Jc
-  // bfloat16), the accumulators (4 float32 tiles of 16 x 16 per unit and tap), then each grid
-  // block's sums of dy per filter (for db).
+  // A block per thread that lays out passes (each thread's for slabs, one shared by all for
+  // passes): a pass's dy transposed (K x 32 chunk_blocks bfloat16), its x's two pair copies
+  // (2 x C x 2 Jc bfloat16) and the accumulators (4 float32 tiles of 16 x 16 per unit and
+  // tap), on 4 KB boundaries; then each grid block's sums of dy per filter (for db) and, for
+  // more than one slab, the slabs' copies of dw.
   s.x = s.dy + up64(static_cast<size_t>(g.K * a.chunk_blocks * 32) * 2);
   s.acc = s.x + up64(static_cast<size_t>(4 * g.C * a.Jc) * 2);
-  s.db = s.acc + static_cast<size_t>(conv_wgrad_amx_units(g) * g.R * g.S) * 1024 * 4;
-  s.bytes = s.db + up64(static_cast<size_t>(a.Gm / 32 * g.K) * 4);
+  const size_t acc_bytes = static_cast<size_t>(conv_wgrad_amx_units(g) * g.R * g.S) * 1024 * 4;
+  s.thread_bytes = (s.acc + acc_bytes + 4095) / 4096 * 4096;
+  const bool slabs = split == AmxSplit::Slabs;
+  s.db = (slabs ? static_cast<size_t>(std::max(1, threads)) : 1) * s.thread_bytes;
+  s.partials = s.db + up64(static_cast<size_t>(a.Gm / 32 * g.K) * 4);
+  const size_t copies = slabs && a.slabs > 1 ? static_cast<size_t>(a.slabs) : 0;
+  s.bytes = s.partials + copies * static_cast<size_t>(g.K * g.R * g.S * g.C) * 4;
   return s;
 }
 
 #ifndef MPX_AMX_BUILD
-void conv_wgrad_amx(const conv_detail::Geo&, const uint16_t*, const uint16_t*, float*, float*, void*) {
+void conv_wgrad_amx(const conv_detail::Geo&, const uint16_t*, const uint16_t*, float*, float*, void*, int, AmxSplit) {
   throw Error("internal error: the AMX weight gradient was asked for in a build without AMX instructions");
 }
 #endif
