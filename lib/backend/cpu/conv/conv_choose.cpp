@@ -228,7 +228,9 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16) {
                                              : std::string()),
                 "1-4 input channels, 16/32/64 filters: mpx's kernel keeps every filter's sums in registers");
   if (amx_wgrad(q))
-    return pick(ConvKernel::WgradAmx, "mpx:amx bf16 tiles (tdpbf16ps)",
+    return pick(ConvKernel::WgradAmx,
+                conv_wgrad_amx_split(g) == AmxSplit::Slabs ? "mpx:amx bf16 tiles (tdpbf16ps), threads by slabs"
+                                                           : "mpx:amx bf16 tiles (tdpbf16ps), threads by passes",
                 "bfloat16 with AMX, 3x3 stride 1, channels and filters in multiples of 16: mpx's kernel sums dy^T x "
                 "per filter tap on AMX tiles over a padded grid");
   const bool gemm_forced = mode == WgradMode::Gemm;
