@@ -2,12 +2,27 @@
 // The CPU backend's environment switches (switches.h; docs/environment.md).
 #include "backend/cpu/switches.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "core/env.h"
 #include "core/error.h"
 
 namespace mpx::cpu {
+
+namespace {
+/// The value that environment variable `name` names among `choices` (the text "" stands for
+/// unset), else a ConfigError (exit 2) naming the variable, its value and `expected`.
+template <class T>
+T env_choice(const char* name, std::initializer_list<std::pair<const char*, T>> choices, const char* expected) {
+  const std::string v = env_string(name);
+  for (const auto& [text, value] : choices)
+    if (v == text) return value;
+  throw ConfigError(std::string("environment variable ") + name + "='" + v + "': expected " + expected +
+                    " (or unset it)");
+}
+}  // namespace
 
 bool reference_loops() {
   static const bool v = env_flag("MPX_CPU_REFERENCE");
@@ -25,50 +40,35 @@ int conv_blocked_forced() {
 }
 
 WgradMode wgrad_mode() {
-  static const WgradMode m = [] {
-    const std::string v = env_string("MPX_CONV_WGRAD");
-    if (v.empty()) return WgradMode::Default;
-    if (v == "onednn") return WgradMode::OneDnn;
-    if (v == "auto") return WgradMode::Auto;
-    if (v == "gemm") return WgradMode::Gemm;
-    throw ConfigError("environment variable MPX_CONV_WGRAD='" + v + "': expected onednn, auto or gemm (or unset it)");
-  }();
+  static const WgradMode m = env_choice<WgradMode>(
+      "MPX_CONV_WGRAD",
+      {{"", WgradMode::Default}, {"onednn", WgradMode::OneDnn}, {"auto", WgradMode::Auto}, {"gemm", WgradMode::Gemm}},
+      "onednn, auto or gemm");
   return m;
 }
 
 AmxWgradSplit amx_wgrad_split() {
-  static const AmxWgradSplit m = [] {
-    const std::string v = env_string("MPX_AMX_WGRAD_SPLIT");
-    if (v.empty() || v == "auto") return AmxWgradSplit::Auto;
-    if (v == "slabs") return AmxWgradSplit::Slabs;
-    if (v == "passes") return AmxWgradSplit::Passes;
-    throw ConfigError("environment variable MPX_AMX_WGRAD_SPLIT='" + v +
-                      "': expected auto, slabs or passes (or unset it)");
-  }();
+  static const AmxWgradSplit m = env_choice<AmxWgradSplit>(
+      "MPX_AMX_WGRAD_SPLIT",
+      {{"", AmxWgradSplit::Auto}, {"auto", AmxWgradSplit::Auto}, {"slabs", AmxWgradSplit::Slabs},
+       {"passes", AmxWgradSplit::Passes}},
+      "auto, slabs or passes");
   return m;
 }
 
 bool conv_fwd_small_enabled() {
-  static const bool on = [] {
-    const std::string v = env_string("MPX_CONV_FORWARD");
-    if (v.empty() || v == "auto") return true;
-    if (v == "onednn") return false;
-    throw ConfigError("environment variable MPX_CONV_FORWARD='" + v + "': expected auto or onednn (or unset it)");
-  }();
+  static const bool on =
+      env_choice<bool>("MPX_CONV_FORWARD", {{"", true}, {"auto", true}, {"onednn", false}}, "auto or onednn");
   return on;
 }
 
 namespace {
 enum class DenseFew { Auto, Split, OneDnn };
 DenseFew dense_few_mode() {
-  static const DenseFew m = [] {
-    const std::string v = env_string("MPX_DENSE_FEW");
-    if (v.empty() || v == "auto") return DenseFew::Auto;
-    if (v == "split") return DenseFew::Split;
-    if (v == "onednn") return DenseFew::OneDnn;
-    throw ConfigError("environment variable MPX_DENSE_FEW='" + v +
-                      "': expected auto, split or onednn (or unset it)");
-  }();
+  static const DenseFew m = env_choice<DenseFew>(
+      "MPX_DENSE_FEW",
+      {{"", DenseFew::Auto}, {"auto", DenseFew::Auto}, {"split", DenseFew::Split}, {"onednn", DenseFew::OneDnn}},
+      "auto, split or onednn");
   return m;
 }
 }  // namespace
@@ -77,27 +77,26 @@ bool dense_few_enabled() { return dense_few_mode() != DenseFew::OneDnn; }
 bool dense_few_fused() { return dense_few_mode() == DenseFew::Auto; }
 
 std::optional<WinogradMode> winograd_forced() {
-  static const std::optional<WinogradMode> env = []() -> std::optional<WinogradMode> {
-    const std::string v = env_string("MPX_CONV_WINOGRAD");
-    if (v.empty()) return std::nullopt;
-    if (v == "auto") return WinogradMode::Auto;
-    if (v == "off") return WinogradMode::Off;
-    if (v == "on" || v == "f4") return WinogradMode::F4;
-    if (v == "f2") return WinogradMode::F2;
-    throw ConfigError("environment variable MPX_CONV_WINOGRAD='" + v +
-                      "': expected off, auto, on or f2 (or unset it)");
-  }();
+  static const std::optional<WinogradMode> env = env_choice<std::optional<WinogradMode>>(
+      "MPX_CONV_WINOGRAD",
+      {{"", std::nullopt},
+       {"auto", WinogradMode::Auto},
+       {"off", WinogradMode::Off},
+       {"on", WinogradMode::F4},
+       {"f4", WinogradMode::F4},
+       {"f2", WinogradMode::F2}},
+      "off, auto, on or f2");
   return env;
 }
 
 Math16Mode math16_mode() {
-  static const Math16Mode m = [] {
-    const std::string s = env_string("MPX_CPU_16BIT");
-    if (s.empty() || s == "auto") return Math16Mode::Auto;
-    if (s == "native") return Math16Mode::Native;
-    if (s == "widen") return Math16Mode::Widen;
-    throw ConfigError("environment variable MPX_CPU_16BIT='" + s + "': expected auto, native or widen (or unset it)");
-  }();
+  static const Math16Mode m = env_choice<Math16Mode>(
+      "MPX_CPU_16BIT",
+      {{"", Math16Mode::Auto},
+       {"auto", Math16Mode::Auto},
+       {"native", Math16Mode::Native},
+       {"widen", Math16Mode::Widen}},
+      "auto, native or widen");
   return m;
 }
 
