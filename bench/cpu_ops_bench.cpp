@@ -188,8 +188,8 @@ void seed_nets(int reps) {
   }
 }
 
-/// More first layers (1-4 input channels) and convolutions no mpx kernel takes (strided,
-/// 1x1), for the 16-bit rule's shapes (docs/precision.md).
+/// More first layers (1-4 input channels), convolutions no mpx kernel takes (strided, 1x1) and
+/// ResNet-20's 3x3 layers, for the 16-bit rule's shapes (docs/precision.md).
 void more_convs(int reps) {
   Conv2dParams valid3;
   valid3.R = valid3.S = 3;
@@ -208,6 +208,10 @@ void more_convs(int reps) {
     seed_conv("conv same 32x32x3->16", t, 256, 32, 32, 3, 16, same3, false, reps);
     seed_conv("conv s2 32x32x16->32", t, 256, 32, 32, 16, 32, s2, true, reps);
     seed_conv("conv 1x1 16x16x64->128", t, 256, 16, 16, 64, 128, one, true, reps);
+    // ResNet-20's 3x3 stride-1 layers (configs/cifar10_resnet.yaml): Winograd's shapes with few channels.
+    seed_conv("resnet 32x32x16->16", t, 256, 32, 32, 16, 16, same3, true, reps);
+    seed_conv("resnet 16x16x32->32", t, 256, 16, 16, 32, 32, same3, true, reps);
+    seed_conv("resnet 8x8x64->64", t, 256, 8, 8, 64, 64, same3, true, reps);
   }
 }
 
