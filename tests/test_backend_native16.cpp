@@ -348,10 +348,13 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
     return;
   }
   // Per pass and shape, the kernel the rule takes (docs/precision.md): the CIFAR net's
-  // Winograd layer stays widened in all three passes; the first layers' forward passes, a
-  // strided layer's forward and backward-data, a 7x7 Winograd layer's forward and
-  // backward-data (Winograd's tiles a quarter empty) and a 1x1 layer's three passes run
-  // oneDNN's bf16 kernels; 3x3 weight gradients and dense backward passes stay widened.
+  // Winograd layer (whole tiles, 64 -> 128) and a 16x16 128 -> 128 layer stay widened in all
+  // three passes; the first layers' forward passes, a strided layer's forward and
+  // backward-data, and Winograd layers' forward and backward-data under 8x8 outputs
+  // (Winograd's tiles a quarter empty), over outputs that are not whole tiles, or with few
+  // channels (C K / (C + K) <= 32) run oneDNN's bf16 kernels, and so do a 1x1 layer's three
+  // passes and the weight gradients of 3x3 layers with at most 32 channels and 64 filters;
+  // other 3x3 weight gradients and dense backward passes stay widened.
   struct Case {
     const char* name;
     int64_t N, H, W, C, K;
@@ -364,7 +367,15 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
                         {"3x3 stride 2, 16 -> 32", 2, 16, 16, 16, 32, 3, 2, 1, true, true, false},
                         {"fast CIFAR 7x7, 64 -> 64 (Winograd's weight gradient)", 2, 7, 7, 64, 64, 3, 1, 1, true,
                          true, false},
-                        {"8x8, 64 -> 64 (Winograd)", 2, 8, 8, 64, 64, 3, 1, 1, false, false, false},
+                        {"8x8, 64 -> 64 (few channels)", 2, 8, 8, 64, 64, 3, 1, 1, true, true, false},
+                        {"16x16, 128 -> 128 (Winograd)", 2, 16, 16, 128, 128, 3, 1, 1, false, false, false},
+                        {"15x15, 64 -> 256 (partial tiles)", 2, 15, 15, 64, 256, 3, 1, 1, true, true, false},
+                        {"12x12 valid, 64 -> 256: 10x10 out, 12x12 back (partial forward tiles only)", 2, 12, 12,
+                         64, 256, 3, 1, 0, true, false, false},
+                        {"31x31, 24 -> 64 (few channels)", 2, 31, 31, 24, 64, 3, 1, 1, true, true, true},
+                        {"16x16, 32 -> 32 (few channels)", 2, 16, 16, 32, 32, 3, 1, 1, true, true, true},
+                        {"16x16, 32 -> 128: weight gradient widened (more than 64 filters)", 2, 16, 16, 32, 128, 3,
+                         1, 1, true, true, false},
                         {"1x1, 64 -> 128", 2, 8, 8, 64, 128, 1, 1, 0, true, true, true}};
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {

@@ -117,8 +117,8 @@ Path16 decide(DType t) {
   if (!fast && bf && mode() == Mode::Auto)
     return {true,
             "native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening (convolutions "
-            "forward and backward-data outside Winograd's shapes, 1x1 weight gradients, dense forward), widened "
-            "elsewhere",
+            "forward and backward-data outside Winograd's full tiles with many channels, 1x1 weight gradients and "
+            "3x3 ones with few channels, dense forward), widened elsewhere",
             true};
   if (!fast && mode() == Mode::Auto)
     return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "

@@ -146,24 +146,33 @@ ConvChoice backward_filter(const ConvQuery& q, std::string why16);
 /// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
 /// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the kernel the
 /// widened path would run. Measured per pass and shape (docs/precision.md, "16-bit arithmetic
-/// on the CPU"): mpx's Winograd (float32 products) beats oneDNN's bf16 direct kernels in all
-/// three passes where its 4x4 tiles are full (outputs of 8x8 and more), and so does the
-/// few-channel weight gradient (oneDNN's bf16 one took 2-15x as long on 3x3 first layers and
-/// strided 3x3 layers); oneDNN's bf16 kernels beat the few-channel forward, oneDNN's float32
-/// kernels on widened copies (1.3-4x) and Winograd on outputs under 8x8 (1.2-1.5x at 7x7, its
-/// tiles a quarter empty) in the forward and backward-data passes, and the weight gradient of
-/// 1x1 convolutions (3x).
+/// on the CPU"): mpx's Winograd (float32 products) beats oneDNN's bf16 direct kernels where
+/// its tiles are full and the layer has channels enough for its products to outweigh its
+/// transforms (the CIFAR seed net's 64 -> 128 at 32x32: 1.2-1.3x in forward and backward-data,
+/// 1.7x in the weight gradient), and so does the few-channel weight gradient (oneDNN's bf16
+/// one took 2-15x as long on 3x3 first layers and strided 3x3 layers). oneDNN's bf16 kernels
+/// beat the few-channel forward, oneDNN's float32 kernels on widened copies (1.3-4x) and, in
+/// the forward and backward-data passes, Winograd on outputs under 8x8 (1.2-1.5x at 7x7, its
+/// tiles a quarter empty), on outputs that are not whole tiles (1.1-1.5x at 31x31 and 15x15)
+/// and on layers with few channels (C K / (C + K) <= 32: 1.2-2.7x from 16 -> 16 to 64 -> 64);
+/// in the weight gradient, 1x1 layers (3x) and 3x3 ones with at most 32 channels and 64
+/// filters (1.1-1.8x).
 bool native16_wins(const ConvQuery& q) {
   ConvQuery widened = q;
   widened.native_refused = false;
+  const Geo& g = q.g;
   if (q.pass == ConvPass::BackwardFilter) {
     const ConvKernel k = backward_filter(widened, std::string()).kernel;
-    return q.g.R == 1 && q.g.S == 1 && k == ConvKernel::OneDnn;
+    if (k == ConvKernel::Winograd || k == ConvKernel::Winograd16) return g.C <= 32 && g.K <= 64;
+    return g.R == 1 && g.S == 1 && k == ConvKernel::OneDnn;
   }
-  const ConvKernel k = (q.pass == ConvPass::Forward ? forward(widened, std::string())
-                                                    : backward_data(widened, std::string()))
-                           .kernel;
-  return (k != ConvKernel::Winograd && k != ConvKernel::Winograd16) || std::min(q.g.P, q.g.Q) < 8;
+  const bool fwd = q.pass == ConvPass::Forward;
+  const ConvChoice c = fwd ? forward(widened, std::string()) : backward_data(widened, std::string());
+  if (c.kernel != ConvKernel::Winograd && c.kernel != ConvKernel::Winograd16) return true;
+  const int64_t out_h = fwd ? g.P : g.H, out_w = fwd ? g.Q : g.W;  // what this pass's Winograd writes
+  const bool few_channels = g.C * g.K <= 32 * (g.C + g.K);
+  const bool partial_tiles = out_h % c.tile != 0 || out_w % c.tile != 0;
+  return std::min(g.P, g.Q) < 8 || few_channels || partial_tiles;
 }
 
 ConvChoice forward(const ConvQuery& q, std::string why16) {
