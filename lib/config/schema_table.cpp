@@ -213,7 +213,10 @@ const std::vector<Key<Config>>& config_keys() {
     MPX_KEY(cpu.winograd, Enum<CpuWinograd>(),
       "3x3 stride-1 convolutions on mpx's Winograd kernel: auto (where it measured faster), "
       "off (oneDNN's direct kernels), on (F(4x4,3x3) wherever it applies), f2 (F(2x2,3x3)); on and f2 also keep "
-      "bfloat16 weight gradients off mpx's AMX kernel"),
+      "bfloat16 weight gradients off mpx's AMX kernel. 16-bit passes that run oneDNN's native kernels "
+      "([precision.md](precision.md#16-bit-arithmetic-on-the-cpu)) stay on them under on and f2; where bfloat16 "
+      "is native per shape (AVX512-BF16 without AMX) the rule weighs the native kernel against the one this key "
+      "picks"),
 
     MPX_KEY(cuda.workspace_mb, Int(0, kMaxWorkspaceMb), "cuDNN / cuBLASLt workspace budget in MiB"),
     MPX_KEY(cuda.conv_algo, Enum<ConvAlgo>(),
