@@ -7,6 +7,7 @@
 //   cpu_ops_bench [--seed] [--more] [--only TEXT] [--reps N]
 //   cpu_ops_bench --activations [--reps N]
 //   cpu_ops_bench --fast-cifar [--batch N] [--reps N]
+//   cpu_ops_bench --pieces [--reps N]
 // --cpu-time reports process CPU time instead of wall time (on a shared, loaded
 // machine run it with OMP_NUM_THREADS=1 to get the compute cost). Compare oneDNN
 // with mpx's loops by running it again under MPX_CPU_REFERENCE=1.
@@ -26,6 +27,9 @@
 // its batch of 1024 (--batch N) in float32 and bfloat16, with the kernel that ran and the direct
 // convolution's GFLOP/s, so a pass's rate can be held against the float32 GEMM ceiling
 // (bench/gemm_ceiling).
+// --pieces times the seed MNIST net's forward at batch 256, the whole batch against pieces of 8,
+// 16 and 32 rows, in float32 and bfloat16, with the caches cleared before each call
+// (docs/cpu-performance.md, "Pieces of the batch").
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -281,10 +285,63 @@ void activations(int reps) {
   }
 }
 
+/// The seed MNIST net's forward (conv(relu) 28x28x1 -> 32, flatten, dense 21632 -> 10 in float32
+/// reading the conv's output as it is) at batch 256: the whole batch, then pieces of 8, 16 and
+/// 32 rows, each piece through the conv and at once through the dense layer, as the model runs
+/// them (docs/cpu-performance.md, "Pieces of the batch"). Before each call 64 MB are written, so
+/// that every call starts with its tensors out of the cache, as in a training step.
+void pieces(int reps) {
+  constexpr int64_t N = 256;
+  std::vector<char> junk(size_t{64} << 20, 1);
+  auto median = [&](auto&& f) {
+    std::vector<double> v;
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < junk.size(); i += 64) junk[i] = static_cast<char>(junk[i] + 1);
+      const double t0 = bench::now_ms(false);
+      f();
+      v.push_back(bench::now_ms(false) - t0);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto flat = [](Tensor a) {
+    a.shape = Shape{a.shape[0], a.shape.numel() / a.shape[0]};
+    return a;
+  };
+  std::printf("seed MNIST net forward at batch %lld, %d reps (median ms), caches cleared before each call\n",
+              static_cast<long long>(N), reps);
+  for (DType t : {DType::F32, DType::BF16}) {
+    bench::CpuDev d;
+    Rng rng(5);
+    Conv2dParams p;
+    p.R = p.S = 3;
+    Tensor x = d.rand(rng, t, Shape{N, 28, 28, 1}), w = d.rand(rng, t, Shape{32, 3, 3, 1});
+    Tensor b = d.rand(rng, t, Shape{32}), y = d.make(t, Shape{N, 26, 26, 32});
+    Tensor W = d.rand(rng, DType::F32, Shape{10, 21632}), B = d.rand(rng, DType::F32, Shape{10});
+    Tensor z = d.make(DType::F32, Shape{N, 10});
+    const double whole = median([&] {
+      d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+      d.be->dense_forward(flat(y), W, B, z, Activation::None);
+    });
+    std::printf("%-8s whole batch   %7.3f ms\n", dtype_name(t), whole);
+    for (const int64_t rows : {int64_t{8}, int64_t{16}, int64_t{32}}) {
+      const double piece = median([&] {
+        for (int64_t c = 0; c < N; c += rows) {
+          const Tensor yc = y.slice_rows(c, rows);
+          d.be->conv2d_forward(p, x.slice_rows(c, rows), w, b, yc, Activation::Relu);
+          d.be->dense_forward(flat(yc), W, B, z.slice_rows(c, rows), Activation::None);
+        }
+      });
+      std::printf("%-8s pieces of %2lld %7.3f ms  whole / pieces %.2fx\n", dtype_name(t), static_cast<long long>(rows),
+                  piece, whole / piece);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool seed = false, more = false, acts = false, fast = false;
+  bool seed = false, more = false, acts = false, fast = false, piece = false;
   int reps = 5;
   int64_t batch = 1024;
   for (int i = 1; i < argc; ++i) {
@@ -298,6 +355,8 @@ int main(int argc, char** argv) {
       acts = true;
     } else if (std::strcmp(argv[i], "--fast-cifar") == 0) {
       fast = true;
+    } else if (std::strcmp(argv[i], "--pieces") == 0) {
+      piece = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       g_only = argv[++i];
     } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
@@ -307,7 +366,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--cpu-time] | [--seed] [--more] [--only TEXT] [--reps N] | --activations [--reps N] | "
-                   "--fast-cifar [--batch N] [--reps N]\n",
+                   "--fast-cifar [--batch N] [--reps N] | --pieces [--reps N]\n",
                    argv[0]);
       return 2;
     }
@@ -318,6 +377,10 @@ int main(int argc, char** argv) {
   }
   if (fast) {
     fast_cifar_convs(reps, batch);
+    return 0;
+  }
+  if (piece) {
+    pieces(reps);
     return 0;
   }
   if (seed || more) {
