@@ -45,6 +45,7 @@ void run_bench(const BenchArgs& a) {
     j["library"] = r.library;
     j["kernels"] = nlohmann::ordered_json::array();
     for (const auto& k : r.kernels) j["kernels"].push_back({{"op", k.op}, {"impl", k.impl}});
+    j["pieces"] = r.pieces;  // docs/cpu-performance.md, "Pieces of the batch"
     // The algorithm, math type and workspace of every cuDNN / cuBLASLt plan (docs/gpu.md).
     j["plans"] = nlohmann::ordered_json::array();
     for (const PlanReport& p : r.plans)
@@ -81,6 +82,7 @@ void run_bench(const BenchArgs& a) {
       std::cout << fmt::format("16-bit path  {}: {}\n", m.dtype, m.detail);
     if (!r.kernels.empty()) std::cout << "kernels\n";
     for (const auto& k : r.kernels) std::cout << fmt::format("  {:<16} {}\n", k.impl, k.op);
+    for (const std::string& p : r.pieces) std::cout << fmt::format("forward      {}\n", p);
   }
   command_exit_code() = kExitOk;
 }

@@ -273,3 +273,46 @@ TEST_CASE("cpu.winograd in the config picks the kernels; MPX_CONV_WINOGRAD, when
   CHECK(bad.code == 2);
   CHECK(bad.err.find("cpu.winograd: expected one of auto | off | on | f2, got 'fastest'") != std::string::npos);
 }
+
+TEST_CASE("bench lists the layers whose forward runs in pieces of the batch; MPX_CPU_PIECES=off runs none, a bad "
+          "value is exit 2",
+          "[cli][bench]") {
+  // The seed MNIST net's shape on the synthetic set: conv 3x3 (1 -> 32) valid, flatten, a float32
+  // dense layer reading 26x26x32 = 21,632 inputs (docs/cpu-performance.md, "Pieces of the batch").
+  support::TempDir t("mpx_cli_onednn");
+  support::write_file(t.path / "seed.yaml",
+                      "name: cli_pieces\n"
+                      "seed: 5\n"
+                      "device: cpu\n"
+                      "data: {dataset: synthetic, batch_size: 40, train_limit: 80, test_limit: 8}\n"
+                      "model:\n"
+                      "  layers:\n"
+                      "    - {type: conv2d, filters: 32, kernel: 3, activation: relu, name: conv}\n"
+                      "    - {type: flatten, name: flat}\n"
+                      "    - {type: dense, units: 10, activation: softmax, dtype: float32, name: out}\n");
+  const std::string cmd = "bench --config seed.yaml --steps 1 --warmup 0";
+  const Run on = run_mpx(cmd + " --json", t.path);
+  const Run text = run_mpx(cmd, t.path);
+  const Run bf16 = run_mpx(cmd + " --json --set policy=mixed_bfloat16", t.path);
+  ::setenv("MPX_CPU_PIECES", "off", 1);
+  const Run off = run_mpx(cmd + " --json", t.path);
+  ::setenv("MPX_CPU_PIECES", "always", 1);
+  const Run bad = run_mpx(cmd, t.path);
+  ::unsetenv("MPX_CPU_PIECES");
+  REQUIRE(on.code == 0);
+  const std::string run = "conv -> flat -> out in pieces of 16 rows";
+  CHECK(json::parse(on.out).at("pieces") == json::array({run}));
+  // The pieces' shapes in the kernels list: 40 rows in pieces of 16, 16 and 8.
+  CHECK(!impl_of(on, "convolution forward for x [16, 28, 28, 1], w [32, 3, 3, 1]").empty());
+  CHECK(!impl_of(on, "convolution forward for x [8, 28, 28, 1], w [32, 3, 3, 1]").empty());
+  CHECK(impl_of(on, "convolution forward for x [40, 28, 28, 1], w [32, 3, 3, 1]").empty());
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("\nforward      " + run + "\n") != std::string::npos);
+  REQUIRE(bf16.code == 0);
+  CHECK(json::parse(bf16.out).at("pieces").empty());  // a bfloat16 input: whole batches
+  REQUIRE(off.code == 0);
+  CHECK(json::parse(off.out).at("pieces").empty());
+  CHECK(!impl_of(off, "convolution forward for x [40, 28, 28, 1], w [32, 3, 3, 1]").empty());
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MPX_CPU_PIECES='always': expected auto, off or on") != std::string::npos);
+}

@@ -138,6 +138,15 @@ class Backend {
   void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& dx, const Tensor& argmax = Tensor());
 
+  // ---- the forward in pieces of the batch ------------------------------------
+  /// Rows per piece in which a model should run the forward passes of the per-sample layers
+  /// that feed a dense layer of `units` outputs, computing in dtype `t`, reading `features`
+  /// inputs in dtype `x` (t, or a 16-bit dtype that a float32 layer reads as it is) (the
+  /// producing layers and the dense layer piece after piece, so that the dense layer reads
+  /// each piece of its input from the cache; docs/cpu-performance.md, "Pieces of the batch");
+  /// 0: the whole batch at once, the base's answer (and the CUDA backend's).
+  int64_t dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x) const;
+
   // ---- dense after relu ------------------------------------------------------
   /// dense_backward_data and, in the same call, the backward of the relu whose output is
   /// x, the dense layer's input (dx's shape and dtype): dx = dy * w where x > 0, else 0; the
@@ -274,6 +283,11 @@ class Backend {
   virtual void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx);
   /// max_pool_keeps_argmax and the ops that take an argmax: the base keeps none.
   virtual bool max_pool_keeps_argmax_impl(const PoolParams&, const Shape&) const { return false; }
+  /// dense_input_piece_rows: the base runs whole batches.
+  virtual int64_t dense_input_piece_rows_impl(int64_t /*features*/, int64_t /*units*/, DType /*t*/,
+                                              DType /*x*/) const {
+    return 0;
+  }
   /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).
   virtual void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
                                             const Tensor& argmax);

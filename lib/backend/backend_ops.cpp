@@ -42,6 +42,10 @@ bool Backend::max_pool_keeps_argmax(const PoolParams& p, const Shape& x) const {
   return p.kind == PoolKind::Max && max_pool_keeps_argmax_impl(p, x);
 }
 
+int64_t Backend::dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x) const {
+  return features > 0 && units > 0 ? std::max<int64_t>(0, dense_input_piece_rows_impl(features, units, t, x)) : 0;
+}
+
 namespace {
 /// An argmax tensor for y: uint8, y's shape, of a geometry whose argmax the backend keeps.
 void check_argmax(const char* op, const Backend& be, const PoolParams& p, const Tensor& x, const Tensor& y,

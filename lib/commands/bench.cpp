@@ -150,6 +150,7 @@ BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
   r.memory = engine.model().memory_report();
   r.library = be.library();
   r.kernels = be.kernels();
+  r.pieces = engine.model().piece_runs();
   r.plans = be.plans();
   r.math16 = be.math16();
   return r;

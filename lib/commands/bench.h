@@ -25,6 +25,8 @@ struct BenchResult {
   /// The backend's compute library and the kernels it chose for the timed steps.
   std::string library;
   std::vector<KernelChoice> kernels;
+  /// The layers whose forward ran in pieces of the batch (Model::piece_runs).
+  std::vector<std::string> pieces;
   /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
   std::vector<PlanReport> plans;
   /// How the 16-bit convolutions and dense layers ran (CPU: native kernels or widened).

@@ -44,6 +44,9 @@ class Dense : public KernelLayer {
     return true;
   }
   bool ends_in_relu() const override { return act_.is_relu(); }
+  int64_t input_piece_rows(const Context& c) const override {
+    return c.be->dense_input_piece_rows(in_shape_[0], out_shape_[0], dtype_, input_dtype());
+  }
   void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
 
  private:

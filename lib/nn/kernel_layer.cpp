@@ -28,6 +28,20 @@ Tensor KernelLayer::forward(Context& c, const Tensor& x) {
   return y;
 }
 
+Tensor KernelLayer::forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) {
+  const int64_t k = x.shape[0];
+  const Tensor y = y_.at(n).slice_rows(begin, k);
+  Tensor pre = act_.pre_at(c, n);
+  if (!pre.empty()) pre = pre.slice_rows(begin, k);
+  run_forward(c, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y, pre);
+  return y;
+}
+
+Tensor KernelLayer::forward_rows_done(const Tensor& x) {
+  x_ = x;
+  return y_.at(x.shape[0]);
+}
+
 Tensor KernelLayer::backward(Context& c, const Tensor& dy, bool need_dx) {
   const int64_t n = dy.shape[0];
   const Tensor g = act_.backward(c, y_.at(n), dy);

@@ -159,6 +159,22 @@ class Layer {
   /// Allocates the input-gradient buffer (normally at build; lazily for the first layer).
   virtual void plan_dx(Context& c);
 
+  // The forward in pieces of the batch, decided by the Sequence (docs/cpu-performance.md,
+  // "Pieces of the batch"): the layers that feed a dense layer and the dense layer run piece
+  // after piece, so that each piece of the dense layer's input is read from the cache.
+  /// Whether forward_rows works: a per-sample forward whose output row depends on its input
+  /// row alone, bit for bit (as a partial batch run on a row slice already needs).
+  virtual bool forwards_by_rows() const { return false; }
+  /// The forward of rows [begin, begin + x.shape[0]) of a batch of n (x holds those rows),
+  /// written into the layer's whole-batch buffers; returns those rows of the output.
+  virtual Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n);
+  /// After the last piece, for the whole batch's input x: what forward(c, x) leaves for the
+  /// backward pass and returns (the whole output).
+  virtual Tensor forward_rows_done(const Tensor& x);
+  /// Rows per piece in which the layers feeding this one should run their forward with it
+  /// (Backend::dense_input_piece_rows); 0: none.
+  virtual int64_t input_piece_rows(const Context& /*c*/) const { return 0; }
+
   // Plan-time fusion of a relu's backward into the next layer's backward, decided by the
   // Sequence where it connects two layers (docs/cpu-performance.md "Max pooling after relu").
   /// Whether the layer's output is a relu's output and its backward can leave that relu's
@@ -221,6 +237,9 @@ class KernelLayer : public Layer {
   using Layer::Layer;
   Tensor forward(Context& c, const Tensor& x) override;
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override;
+  bool forwards_by_rows() const override { return true; }
+  Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) override;
+  Tensor forward_rows_done(const Tensor& x) override;
 
  protected:
   /// The bias of `units` outputs when cfg.use_bias, and the 16-bit scratch for the
@@ -292,6 +311,9 @@ class Sequence {
   size_t size() const { return steps_.size(); }
   /// Every layer of step i (nested ones included).
   void collect_step(size_t i, std::vector<const Layer*>& out) const { steps_[i].layer->collect_backward(out); }
+  /// The runs of steps whose forward goes in pieces of the batch, as "a -> b -> c in pieces of
+  /// 16 rows" (docs/cpu-performance.md, "Pieces of the batch").
+  std::vector<std::string> piece_runs() const;
 
  private:
   struct Step {
@@ -301,7 +323,15 @@ class Sequence {
     Planned dx_cast;              // dx cast back to in_dtype (when they differ)
   };
   void add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx);
+  /// Steps [first, last] run their forward in pieces of `rows` (Layer::input_piece_rows).
+  struct PieceRun {
+    size_t first, last;
+    int64_t rows;
+  };
+  /// Adds the run that ends in the step just added, where it asks for one.
+  void plan_pieces(const Context& c);
   std::vector<Step> steps_;
+  std::vector<PieceRun> pieces_;  // in step order, not overlapping
   size_t first_backward_ = 0;
   Shape in_shape_, out_shape_;
   DType in_dtype_ = DType::F32, out_dtype_ = DType::F32;

@@ -399,6 +399,8 @@ std::string Model::summary_table() const {
   return s;
 }
 
+std::vector<std::string> Model::piece_runs() const { return impl_->seq.piece_runs(); }
+
 MemoryReport Model::memory_report() const {
   const nn::Context& c = impl_->c;
   MemoryReport r;

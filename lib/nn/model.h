@@ -208,6 +208,10 @@ class Model {
   /// Keras-like table: layer (type), output shape, params, compute dtype, variable dtype; totals.
   std::string summary_table() const;
   MemoryReport memory_report() const;
+  /// The runs of top-level layers whose forward goes in pieces of the batch
+  /// (docs/cpu-performance.md, "Pieces of the batch"), e.g. "conv2d_1 -> flatten_2 -> dense_3
+  /// in pieces of 16 rows"; empty where none does.
+  std::vector<std::string> piece_runs() const;
   /// True when the last layer has a softmax activation (handled by the loss).
   bool softmax_output() const;
   /// Compute dtype of the layer that produces the logits.

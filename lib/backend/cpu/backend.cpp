@@ -215,6 +215,9 @@ class CpuBackend final : public Backend {
   bool max_pool_keeps_argmax_impl(const PoolParams& p, const Shape& x) const override {
     return cpu::max_pool_keeps_argmax(p, x);
   }
+  int64_t dense_input_piece_rows_impl(int64_t features, int64_t units, DType t, DType x) const override {
+    return cpu::dense_input_piece_rows(features, units, t, x);
+  }
   void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
                                     const Tensor& argmax) override {
     MPX_OP_TIMER("pool_forward");

@@ -49,6 +49,8 @@ void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, c
 /// (choose_dense_backward) says so; false: nothing done, run the two passes.
 bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                     const Tensor& db, const Tensor& dx, bool relu);
+/// Backend::dense_input_piece_rows: dense_choose.h's dense_piece_rows.
+int64_t dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x);
 
 // pool.cpp
 /// Global average pooling's float32 forward on oneDNN (x's shape [N, H, W, C]), for

@@ -76,6 +76,13 @@ DenseFew dense_few_mode() {
 bool dense_few_enabled() { return dense_few_mode() != DenseFew::OneDnn; }
 bool dense_few_fused() { return dense_few_mode() == DenseFew::Auto; }
 
+PiecesMode pieces_mode() {
+  return env_choice<PiecesMode>(
+      "MPX_CPU_PIECES",
+      {{"", PiecesMode::Auto}, {"auto", PiecesMode::Auto}, {"off", PiecesMode::Off}, {"on", PiecesMode::On}},
+      "auto, off or on");
+}
+
 std::optional<WinogradMode> winograd_forced() {
   static const std::optional<WinogradMode> env = env_choice<std::optional<WinogradMode>>(
       "MPX_CONV_WINOGRAD",

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The CPU backend's environment switches (docs/environment.md), every one read here and
 // nowhere else in lib/backend/cpu. Each is read once per process, at its first use, except
-// the pooling builds' two, which are read at each call (the tests switch them). A bad value
-// is a ConfigError (exit 2) naming the variable, raised where the switch is first needed,
-// so a net that never needs it is not refused for it.
+// the pooling builds' two and MPX_CPU_PIECES, which are read at each call (the tests switch
+// them). A bad value is a ConfigError (exit 2) naming the variable, raised where the switch
+// is first needed, so a net that never needs it is not refused for it.
 #pragma once
 
 #include <optional>
@@ -42,6 +42,13 @@ bool dense_few_enabled();
 /// MPX_DENSE_FEW: unset or auto (true): their two backward passes may run in one walk over x;
 /// split or onednn (false): each pass walks it alone.
 bool dense_few_fused();
+
+/// MPX_CPU_PIECES: unset or auto, off, on: whether a model runs the forward of the layers
+/// feeding a dense layer in pieces of the batch (dense_choose.h, dense_piece_rows): by the
+/// rule, never, or for an x of any dtype. Read at each call (a model asks once per dense layer
+/// when it is built; the tests switch it).
+enum class PiecesMode { Auto, Off, On };
+PiecesMode pieces_mode();
 
 /// MPX_CONV_WINOGRAD: off, auto, on (or f4) or f2; nullopt when unset (the config's
 /// cpu.winograd decides).
