@@ -203,7 +203,9 @@ def print_paths(runs, probes, nets, policies, tools):
             r = runs.get((net, policy, "mpx"))
             if r:
                 ks = sorted({f"{k['op'].split(' for ')[0]} {k['impl']}" for k in r[0].get("kernels", [])})
-                print(f"- mpx {net} {policy}: {r[0].get('library', '?')}; kernels: " + "; ".join(ks))
+                pieces = r[0].get("pieces", [])  # docs/cpu-performance.md, "Pieces of the batch"
+                print(f"- mpx {net} {policy}: {r[0].get('library', '?')}; kernels: " + "; ".join(ks) +
+                      ("; forward " + "; ".join(pieces) if pieces else ""))
             for t in tools:
                 if t == "mpx":
                     continue
