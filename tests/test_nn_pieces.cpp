@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The forward in pieces of the batch (docs/cpu-performance.md, "Pieces of the batch"): the
-// layers that feed a float32 dense layer with few outputs and a long input run piece after
-// piece with it. A model's outputs, loss gradients and input gradient are the same bits with
+// first layers' convolutions (and flatten, max pooling) that feed a float32 dense layer with few
+// outputs and a long input, or a float32 max pooling, run piece after piece with it. A model's outputs, loss gradients and input gradient are the same bits with
 // the pieces on and off (MPX_CPU_PIECES=off), for a batch of whole pieces, one with a partial
 // last piece and one smaller than a piece; the run is planned only where the rule allows it
-// (a float32 input of at least 8,192 features and at most 16 outputs, no cast inside the run)
+// (a float32 input of at least 8,192 features and at most 16 outputs, or a float32 max pooling
+// on the tiled kernels; convolutions of the first layers' shapes; no cast inside the run)
 // and names its layers (MPX_CPU_PIECES=on: a 16-bit input too); the CPU backend's rule
 // answers as documented.
 #include <catch2/catch.hpp>
@@ -88,6 +89,28 @@ LayerConfig relu_conv(int64_t filters, int kernel = 3) {
 
 }  // namespace
 
+TEST_CASE("the forward in pieces, before a max pooling: the same bits as the whole batch", "[nn][pieces]") {
+  // The MNIST smoke net: conv(relu) -> max_pool 2 -> flatten -> dense(10), float32; the
+  // pooling's input in pieces (its dense layer's 5,408 inputs are too few for a run of its own).
+  const std::vector<LayerConfig> smoke = {named(relu_conv(32), "conv"),
+                                          named(support::pool_layer(LayerType::MaxPool, 2), "pool"),
+                                          named(make_layer(LayerType::Flatten), "flat"),
+                                          named(dense_layer(kClasses), "logits")};
+  for (const int64_t n : {int64_t{32}, int64_t{kMaxBatch}, int64_t{5}}) {
+    INFO("batch " << n);
+    const Result on = run(smoke, Policy::Float32, nullptr, n), off = run(smoke, Policy::Float32, "off", n);
+    REQUIRE(on.runs == std::vector<std::string>{"conv -> pool in pieces of 16 rows"});
+    CHECK(off.runs.empty());
+    same_results(on, off);
+    // mixed_bfloat16: whole batches by the rule; with `on` the bfloat16 dense layer (on the
+    // few-output loops) asks too, and the run reaches it; the same bits.
+    const Result on16 = run(smoke, Policy::MixedBFloat16, "on", n);
+    CHECK(on16.runs == std::vector<std::string>{"conv -> pool -> flat -> logits in pieces of 16 rows"});
+    CHECK(run(smoke, Policy::MixedBFloat16, nullptr, n).runs.empty());
+    same_results(on16, run(smoke, Policy::MixedBFloat16, "off", n));
+  }
+}
+
 TEST_CASE("the forward in pieces: the same bits as the whole batch", "[nn][pieces]") {
   // The seed MNIST net: conv(relu) -> flatten -> dense(10), float32.
   const std::vector<LayerConfig> seed = {named(relu_conv(32), "conv"), named(make_layer(LayerType::Flatten), "flat"),
@@ -130,7 +153,7 @@ TEST_CASE("the forward in pieces: runs start after a cast and stop at layers tha
   const std::vector<Case> cases = {
       // A bfloat16 conv, then a float32 1x1 conv (a cast into it), flatten, dense: the run
       // starts at the float32 conv, whose input is cast for the whole batch first.
-      {{named(with_dtype(relu_conv(8), LayerDType::BFloat16), "c16"),
+      {{named(with_dtype(relu_conv(4), LayerDType::BFloat16), "c16"),
         named(with_dtype(relu_conv(32, 1), LayerDType::Float32), "c32"), named(make_layer(LayerType::Flatten), "f"),
         named(dense_layer(kClasses), "d")},
        Policy::Float32,
@@ -141,9 +164,22 @@ TEST_CASE("the forward in pieces: runs start after a cast and stop at layers tha
         named(dense_layer(kClasses), "d")},
        Policy::Float32,
        {}},
-      // Max pooling does not forward by rows either (13x13x64 = 10,816 features after it).
+      // A max pooling asks for pieces of its own input, and the dense layer after it (13x13x64 =
+      // 10,816 features) makes the run longer.
       {{named(relu_conv(64), "c"), named(pool, "p"), named(make_layer(LayerType::Flatten), "f"),
         named(dense_layer(kClasses), "d")},
+       Policy::Float32,
+       {"c -> p -> f -> d in pieces of 16 rows"}},
+      // A convolution of 8 input channels does not run in pieces (only the first layers' shapes
+      // do), so the dense layer's run would be flatten -> dense alone: none.
+      {{named(relu_conv(8), "c1"), named(relu_conv(32), "c2"), named(make_layer(LayerType::Flatten), "f"),
+        named(dense_layer(kClasses), "d")},
+       Policy::Float32,
+       {}},
+      // The same with a max pooling between (24x24x32 -> 12x12x32 = 4,608 features, too few for
+      // the dense layer): the pooling asks, but its writer cannot run in pieces either.
+      {{named(relu_conv(8), "c1"), named(relu_conv(32), "c2"), named(pool, "p"),
+        named(make_layer(LayerType::Flatten), "f"), named(dense_layer(kClasses), "d")},
        Policy::Float32,
        {}},
       // mixed_bfloat16 with the seed net's float32 classifier: it reads a 16-bit x, no pieces.
@@ -165,7 +201,7 @@ TEST_CASE("the forward in pieces: runs start after a cast and stop at layers tha
     INFO("case " << i);
     const Result on = run(cases[i].layers, cases[i].policy, nullptr, kMaxBatch);
     CHECK(on.runs == cases[i].runs);
-    if (i == 0) same_results(on, run(cases[i].layers, cases[i].policy, "off", kMaxBatch));
+    if (!on.runs.empty()) same_results(on, run(cases[i].layers, cases[i].policy, "off", kMaxBatch));
   }
 }
 

@@ -146,6 +146,12 @@ class Backend {
   /// each piece of its input from the cache; docs/cpu-performance.md, "Pieces of the batch");
   /// 0: the whole batch at once, the base's answer (and the CUDA backend's).
   int64_t dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x) const;
+  /// The same for a max pooling of x [N, H, W, C] in dtype t (p.kind Max).
+  int64_t max_pool_input_piece_rows(const PoolParams& p, const Shape& x, DType t) const;
+  /// Whether a convolution (x [N,H,W,C], w [K,R,S,C], dtype t) may take part in such a run: its
+  /// forward costs the same per row at the pieces' batch as at the whole one (no per-call work
+  /// that grows with the calls, such as a filter transform); false in the base.
+  bool conv2d_forward_in_pieces(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) const;
 
   // ---- dense after relu ------------------------------------------------------
   /// dense_backward_data and, in the same call, the backward of the relu whose output is
@@ -287,6 +293,10 @@ class Backend {
   virtual int64_t dense_input_piece_rows_impl(int64_t /*features*/, int64_t /*units*/, DType /*t*/,
                                               DType /*x*/) const {
     return 0;
+  }
+  virtual int64_t max_pool_input_piece_rows_impl(const PoolParams&, const Shape&, DType) const { return 0; }
+  virtual bool conv2d_forward_in_pieces_impl(const Conv2dParams&, const Shape&, const Shape&, DType) const {
+    return false;
   }
   /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).
   virtual void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,

@@ -46,6 +46,14 @@ int64_t Backend::dense_input_piece_rows(int64_t features, int64_t units, DType t
   return features > 0 && units > 0 ? std::max<int64_t>(0, dense_input_piece_rows_impl(features, units, t, x)) : 0;
 }
 
+int64_t Backend::max_pool_input_piece_rows(const PoolParams& p, const Shape& x, DType t) const {
+  return p.kind == PoolKind::Max && x.rank == 4 ? std::max<int64_t>(0, max_pool_input_piece_rows_impl(p, x, t)) : 0;
+}
+
+bool Backend::conv2d_forward_in_pieces(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) const {
+  return x.rank == 4 && w.rank == 4 && conv2d_forward_in_pieces_impl(p, x, w, t);
+}
+
 namespace {
 /// An argmax tensor for y: uint8, y's shape, of a geometry whose argmax the backend keeps.
 void check_argmax(const char* op, const Backend& be, const PoolParams& p, const Tensor& x, const Tensor& y,

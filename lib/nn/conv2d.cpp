@@ -53,6 +53,10 @@ class Conv2d : public KernelLayer {
 
   bool ends_in_relu() const override { return act_.is_relu(); }
   void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
+  bool forwards_by_rows(const Context& c) const override {
+    return c.be->conv2d_forward_in_pieces(p_, with_batch(1, in_shape_),
+                                          Shape{out_shape_[2], p_.R, p_.S, in_shape_[2]}, dtype_);
+  }
 
  private:
   void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,

@@ -75,7 +75,7 @@ class Flatten : public Layer {
   void plan_dx(Context&) override {}
   bool passes_relu_through() const override { return true; }
   Tensor forward(Context&, const Tensor& x) override { return x.reshaped(with_batch(x.shape[0], out_shape_)); }
-  bool forwards_by_rows() const override { return true; }
+  bool forwards_by_rows(const Context&) const override { return true; }
   Tensor forward_rows(Context& c, const Tensor& x, int64_t, int64_t) override { return forward(c, x); }
   Tensor forward_rows_done(const Tensor& x) override { return x.reshaped(with_batch(x.shape[0], out_shape_)); }
   Tensor backward(Context&, const Tensor& dy, bool need_dx) override {

@@ -160,11 +160,13 @@ class Layer {
   virtual void plan_dx(Context& c);
 
   // The forward in pieces of the batch, decided by the Sequence (docs/cpu-performance.md,
-  // "Pieces of the batch"): the layers that feed a dense layer and the dense layer run piece
-  // after piece, so that each piece of the dense layer's input is read from the cache.
-  /// Whether forward_rows works: a per-sample forward whose output row depends on its input
-  /// row alone, bit for bit (as a partial batch run on a row slice already needs).
-  virtual bool forwards_by_rows() const { return false; }
+  // "Pieces of the batch"): the layers that feed a layer that asks for pieces (a dense layer, a
+  // max pooling) and that layer run piece after piece, so that it reads its input from the cache.
+  /// Whether the layer may run in pieces before the layer that asks for them: a per-sample
+  /// forward whose output row depends on its input row alone, bit for bit (as a partial batch
+  /// run on a row slice already needs), and that costs no more per row in pieces (the backend
+  /// says for convolutions: Backend::conv2d_forward_in_pieces).
+  virtual bool forwards_by_rows(const Context& /*c*/) const { return false; }
   /// The forward of rows [begin, begin + x.shape[0]) of a batch of n (x holds those rows),
   /// written into the layer's whole-batch buffers; returns those rows of the output.
   virtual Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n);
@@ -172,7 +174,8 @@ class Layer {
   /// backward pass and returns (the whole output).
   virtual Tensor forward_rows_done(const Tensor& x);
   /// Rows per piece in which the layers feeding this one should run their forward with it
-  /// (Backend::dense_input_piece_rows); 0: none.
+  /// (Backend::dense_input_piece_rows, max_pool_input_piece_rows); 0: none. Such a layer
+  /// implements forward_rows and forward_rows_done.
   virtual int64_t input_piece_rows(const Context& /*c*/) const { return 0; }
 
   // Plan-time fusion of a relu's backward into the next layer's backward, decided by the
@@ -237,7 +240,6 @@ class KernelLayer : public Layer {
   using Layer::Layer;
   Tensor forward(Context& c, const Tensor& x) override;
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override;
-  bool forwards_by_rows() const override { return true; }
   Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) override;
   Tensor forward_rows_done(const Tensor& x) override;
 

@@ -58,6 +58,24 @@ class Pool : public Layer {
     return y;
   }
 
+  // In pieces of the batch (docs/cpu-performance.md, "Pieces of the batch"): a max pooling on
+  // the backend's own kernels, the ones that keep the window positions.
+  bool forwards_by_rows(const Context&) const override { return !argmax_.empty(); }
+  int64_t input_piece_rows(const Context& c) const override {
+    return c.be->max_pool_input_piece_rows(p_, with_batch(1, in_shape_), dtype_);
+  }
+  Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) override {
+    const int64_t k = x.shape[0];
+    const Tensor y = y_.at(n).slice_rows(begin, k);
+    argmax_kept_ = c.training && !argmax_.empty();
+    c.be->pool_forward(p_, x, y, argmax_kept_ ? argmax_.at(n).slice_rows(begin, k) : Tensor());
+    return y;
+  }
+  Tensor forward_rows_done(const Tensor& x) override {
+    x_ = x;
+    return y_.at(x.shape[0]);
+  }
+
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
     const Tensor dx = dx_.at(dy.shape[0]);

@@ -323,7 +323,15 @@ void Sequence::plan_pieces(const Context& c) {
   if (rows <= 0 || !steps_[last].in_cast.empty() || !env_flag("MPX_CPU_FUSE", true)) return;
   const size_t floor = pieces_.empty() ? 0 : pieces_.back().last + 1;  // runs do not overlap
   size_t first = last;
-  while (first > floor && steps_[first].in_cast.empty() && steps_[first - 1].layer->forwards_by_rows()) --first;
+  while (first > floor && steps_[first].in_cast.empty() && steps_[first - 1].layer->forwards_by_rows(c)) --first;
+  // Reaching back to the run before, whose last layer may run in pieces too: one longer run.
+  if (first == floor && floor > 0 && steps_[first].in_cast.empty() &&
+      steps_[floor - 1].layer->forwards_by_rows(c)) {
+    PieceRun& before = pieces_.back();
+    before.last = last;
+    before.rows = std::min(before.rows, rows);
+    return;
+  }
   bool writes = false;
   for (size_t i = first; i < last; ++i) writes = writes || !steps_[i].layer->passes_relu_through();
   if (writes) pieces_.push_back(PieceRun{first, last, rows});

@@ -218,6 +218,12 @@ class CpuBackend final : public Backend {
   int64_t dense_input_piece_rows_impl(int64_t features, int64_t units, DType t, DType x) const override {
     return cpu::dense_input_piece_rows(features, units, t, x);
   }
+  int64_t max_pool_input_piece_rows_impl(const PoolParams& p, const Shape& x, DType t) const override {
+    return cpu::max_pool_input_piece_rows(p, x, t);
+  }
+  bool conv2d_forward_in_pieces_impl(const Conv2dParams& p, const Shape& x, const Shape& w, DType t) const override {
+    return cpu::conv2d_forward_in_pieces(p, x, w, t);
+  }
   void max_pool_forward_argmax_impl(const PoolParams& p, const Tensor& x, const Tensor& y,
                                     const Tensor& argmax) override {
     MPX_OP_TIMER("pool_forward");

@@ -49,8 +49,12 @@ void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, c
 /// (choose_dense_backward) says so; false: nothing done, run the two passes.
 bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                     const Tensor& db, const Tensor& dx, bool relu);
-/// Backend::dense_input_piece_rows: dense_choose.h's dense_piece_rows.
+// pieces.cpp: the rules of the forward in pieces of the batch (Backend::dense_input_piece_rows,
+// max_pool_input_piece_rows, conv2d_forward_in_pieces; docs/cpu-performance.md, "Pieces of the
+// batch").
 int64_t dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x);
+int64_t max_pool_input_piece_rows(const PoolParams& p, const Shape& x, DType t);
+bool conv2d_forward_in_pieces(const Conv2dParams& p, const Shape& x, const Shape& w, DType t);
 
 // pool.cpp
 /// Global average pooling's float32 forward on oneDNN (x's shape [N, H, W, C]), for

@@ -44,8 +44,8 @@ bool dense_few_enabled();
 bool dense_few_fused();
 
 /// MPX_CPU_PIECES: unset or auto, off, on: whether a model runs the forward of the layers
-/// feeding a dense layer in pieces of the batch (dense_choose.h, dense_piece_rows): by the
-/// rule, never, or for an x of any dtype. Read at each call (a model asks once per dense layer
+/// feeding a dense layer or a max pooling in pieces of the batch (pieces.cpp): by the rules,
+/// never, or for an input of any dtype. Read at each call (a model asks once per dense layer
 /// when it is built; the tests switch it).
 enum class PiecesMode { Auto, Off, On };
 PiecesMode pieces_mode();

@@ -253,8 +253,4 @@ bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tenso
   return true;
 }
 
-int64_t dense_input_piece_rows(int64_t features, int64_t units, DType t, DType x) {
-  return dense_piece_rows(query(DensePass::Forward, 0, features, units, t, x));  // as dense_forward asks
-}
-
 }  // namespace mpx::cpu

@@ -102,15 +102,4 @@ DenseChoice choose_dense_backward(const DenseQuery& q) {
   return pick(DenseKernel::OneDnn, "", "each pass its own kernel");
 }
 
-int64_t dense_piece_rows(const DenseQuery& q) {
-  // Measured (docs/cpu-performance.md, "Pieces of the batch"): the seed MNIST net's forward on
-  // a float32 x took two thirds to three quarters of its whole-batch time in pieces; on a
-  // 16-bit x it gained nothing (the loops are bound by their multiply-adds there).
-  const PiecesMode mode = pieces_mode();
-  if (mode == PiecesMode::Off || (mode == PiecesMode::Auto && q.big != DType::F32)) return 0;
-  DenseQuery f = q;
-  f.pass = DensePass::Forward;
-  return choose_dense(f).kernel == DenseKernel::FewOutputs ? kPieceRows : 0;
-}
-
 }  // namespace mpx::cpu

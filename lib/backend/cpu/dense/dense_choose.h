@@ -45,12 +45,4 @@ DenseChoice choose_dense(const DenseQuery& q);
 /// fused: each pass asks choose_dense).
 DenseChoice choose_dense_backward(const DenseQuery& q);
 
-/// Rows per piece of the batch in which a model runs the forward passes of the per-sample
-/// layers feeding a dense layer with this forward pass (q.pass ignored; `big` x's dtype), so
-/// that the dense layer reads each piece from the cache (Backend::dense_input_piece_rows):
-/// kPieceRows where the pass runs mpx's loops on a float32 x (few outputs, a long input),
-/// else 0. MPX_CPU_PIECES=off: always 0; on: an x of any dtype on those loops.
-constexpr int64_t kPieceRows = 16;
-int64_t dense_piece_rows(const DenseQuery& q);
-
 }  // namespace mpx::cpu
