@@ -21,11 +21,8 @@ void KernelLayer::plan_output(Context& c, bool is_last) {
 }
 
 Tensor KernelLayer::forward(Context& c, const Tensor& x) {
-  x_ = x;
-  const Tensor y = y_.at(x.shape[0]);
-  run_forward(c, x, c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y,
-              act_.pre_at(c, x.shape[0]));
-  return y;
+  forward_rows(c, x, 0, x.shape[0]);  // all rows: the whole output
+  return forward_rows_done(x);
 }
 
 Tensor KernelLayer::forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) {

@@ -330,8 +330,10 @@ class Sequence {
     size_t first, last;
     int64_t rows;
   };
-  /// Adds the run that ends in the step just added, where it asks for one.
+  /// Adds the run that ends in the step just added, where it asks for one (nn/pieces.cpp).
   void plan_pieces(const Context& c);
+  /// The forward of `run`'s steps on x (the first step's input, cast), piece after piece.
+  Tensor forward_in_pieces(Context& c, const PieceRun& run, const Tensor& x);
   std::vector<Step> steps_;
   std::vector<PieceRun> pieces_;  // in step order, not overlapping
   size_t first_backward_ = 0;

@@ -51,11 +51,8 @@ class Pool : public Layer {
   }
 
   Tensor forward(Context& c, const Tensor& x) override {
-    x_ = x;
-    const Tensor y = y_.at(x.shape[0]);
-    argmax_kept_ = c.training && !argmax_.empty();  // only a training step's backward reads it
-    c.be->pool_forward(p_, x, y, argmax_kept_ ? argmax_.at(x.shape[0]) : Tensor());
-    return y;
+    forward_rows(c, x, 0, x.shape[0]);  // all rows: the whole output
+    return forward_rows_done(x);
   }
 
   // In pieces of the batch (docs/cpu-performance.md, "Pieces of the batch"): a max pooling on
@@ -67,7 +64,7 @@ class Pool : public Layer {
   Tensor forward_rows(Context& c, const Tensor& x, int64_t begin, int64_t n) override {
     const int64_t k = x.shape[0];
     const Tensor y = y_.at(n).slice_rows(begin, k);
-    argmax_kept_ = c.training && !argmax_.empty();
+    argmax_kept_ = c.training && !argmax_.empty();  // only a training step's backward reads it
     c.be->pool_forward(p_, x, y, argmax_kept_ ? argmax_.at(n).slice_rows(begin, k) : Tensor());
     return y;
   }

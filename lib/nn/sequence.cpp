@@ -215,14 +215,6 @@ void Layer::plan_dx(Context& c) {
   if (dx_.empty()) dx_ = c.plan(in_dtype_, in_shape_, name() + " input gradient", false);
 }
 
-Tensor Layer::forward_rows(Context&, const Tensor&, int64_t, int64_t) {
-  throw std::logic_error(name() + ": forward_rows on a layer that does not forward by rows");
-}
-
-Tensor Layer::forward_rows_done(const Tensor&) {
-  throw std::logic_error(name() + ": forward_rows_done on a layer that does not forward by rows");
-}
-
 int64_t Layer::param_count(const Context& c) const {
   int64_t n = 0;
   for (int id : param_ids_) n += c.params[static_cast<size_t>(id)].shape.numel();
@@ -313,40 +305,6 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
   plan_pieces(c);
 }
 
-void Sequence::plan_pieces(const Context& c) {
-  // The new last step, when it asks for pieces, and the steps before it that forward by rows
-  // with no cast between them (the run's first step may have a cast: it runs on the whole
-  // batch before the pieces). A run needs a layer that writes what the last one reads, not
-  // reshapes alone, and MPX_CPU_FUSE=0 turns every plan-time fusion off, this one too.
-  const size_t last = steps_.size() - 1;
-  const int64_t rows = steps_[last].layer->input_piece_rows(c);
-  if (rows <= 0 || !steps_[last].in_cast.empty() || !env_flag("MPX_CPU_FUSE", true)) return;
-  const size_t floor = pieces_.empty() ? 0 : pieces_.back().last + 1;  // runs do not overlap
-  size_t first = last;
-  while (first > floor && steps_[first].in_cast.empty() && steps_[first - 1].layer->forwards_by_rows(c)) --first;
-  // Reaching back to the run before, whose last layer may run in pieces too: one longer run.
-  if (first == floor && floor > 0 && steps_[first].in_cast.empty() &&
-      steps_[floor - 1].layer->forwards_by_rows(c)) {
-    PieceRun& before = pieces_.back();
-    before.last = last;
-    before.rows = std::min(before.rows, rows);
-    return;
-  }
-  bool writes = false;
-  for (size_t i = first; i < last; ++i) writes = writes || !steps_[i].layer->passes_relu_through();
-  if (writes) pieces_.push_back(PieceRun{first, last, rows});
-}
-
-std::vector<std::string> Sequence::piece_runs() const {
-  std::vector<std::string> out;
-  for (const PieceRun& r : pieces_) {
-    std::string names;
-    for (size_t i = r.first; i <= r.last; ++i) names += (i > r.first ? " -> " : "") + steps_[i].layer->name();
-    out.push_back(fmt::format("{} in pieces of {} rows", names, r.rows));
-  }
-  return out;
-}
-
 void Sequence::enable_input_grad(Context& c) {
   if (steps_.empty()) return;
   Step& s = steps_.front();
@@ -367,15 +325,7 @@ Tensor Sequence::forward(Context& c, const Tensor& x) {
       h = t;
     }
     if (run != pieces_.end() && run->first == i && n > run->rows) {
-      // Each piece through every layer of the run, then the whole batch's views.
-      for (int64_t b = 0; b < n; b += run->rows) {
-        Tensor p = h.slice_rows(b, std::min(run->rows, n - b));
-        for (size_t j = run->first; j <= run->last; ++j) p = steps_[j].layer->forward_rows(c, p, b, n);
-      }
-      for (size_t j = run->first; j <= run->last; ++j) {
-        h = steps_[j].layer->forward_rows_done(h);
-        steps_[j].layer->last_out = h;
-      }
+      h = forward_in_pieces(c, *run, h);
       i = run->last;
       ++run;
       continue;
