@@ -29,7 +29,9 @@
 // (bench/gemm_ceiling).
 // --pieces times the seed MNIST net's forward at batch 256, the whole batch against pieces of 8,
 // 16 and 32 rows, in float32 and bfloat16, with the caches cleared before each call
-// (docs/cpu-performance.md, "Pieces of the batch").
+// (docs/cpu-performance.md, "Pieces of the batch"); then its backward (the dense layer's both
+// passes, then the conv's weight gradient) the same ways, and in one walk
+// (Backend::dense_conv_backward: "The first convolution's weight gradient in the dense walk").
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -334,6 +336,31 @@ void pieces(int reps) {
       });
       std::printf("%-8s pieces of %2lld %7.3f ms  whole / pieces %.2fx\n", dtype_name(t), static_cast<long long>(rows),
                   piece, whole / piece);
+    }
+    // The backward of the same layers: the dense layer's both passes (dx masked by the relu), then
+    // the conv's weight gradient; in pieces each piece's weight gradients start again (timing only).
+    Tensor dz = d.rand(rng, DType::F32, Shape{N, 10}), dW = d.make(DType::F32, Shape{10, 21632});
+    Tensor dB = d.make(DType::F32, Shape{10}), dy = d.make(t, Shape{N, 26, 26, 32});
+    Tensor dw = d.make(DType::F32, Shape{32, 3, 3, 1}), db = d.make(DType::F32, Shape{32});
+    d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+    const double bwhole = median([&] {
+      d.be->dense_backward(flat(y), dz, W, dW, dB, flat(dy), true);
+      d.be->conv2d_backward_filter(p, x, dy, dw, db);
+    });
+    std::printf("%-8s backward whole batch   %7.3f ms\n", dtype_name(t), bwhole);
+    const double bconv = median([&] { d.be->dense_conv_backward(flat(y), dz, W, dW, dB, flat(dy), p, x, dw, db); });
+    std::printf("%-8s backward in one op     %7.3f ms  two ops / one op %.2fx\n", dtype_name(t), bconv,
+                bwhole / bconv);
+    for (const int64_t rows : {int64_t{8}, int64_t{16}, int64_t{32}}) {
+      const double piece = median([&] {
+        for (int64_t c = 0; c < N; c += rows) {
+          const Tensor yc = y.slice_rows(c, rows), dyc = dy.slice_rows(c, rows);
+          d.be->dense_backward(flat(yc), dz.slice_rows(c, rows), W, dW, dB, flat(dyc), true);
+          d.be->conv2d_backward_filter(p, x.slice_rows(c, rows), dyc, dw, db);
+        }
+      });
+      std::printf("%-8s backward pieces of %2lld %7.3f ms  whole / pieces %.2fx\n", dtype_name(t),
+                  static_cast<long long>(rows), piece, bwhole / piece);
     }
   }
 }

@@ -597,3 +597,215 @@ TEST_CASE("bfloat16 dx: a float32 subnormal sum is a zero of its sign where the 
     }
   }
 }
+
+namespace {
+
+/// dense_conv_backward's cases: a first convolution (stride 1, few channels) whose relu output,
+/// flattened, has at least 8,192 columns (the walk's rule), a dense layer of Co outputs on it.
+struct DenseConvCase {
+  const char* name;
+  support::ConvCase conv;
+  int64_t Co;
+};
+
+/// g(n) of the walk's float32 sums of the convolution's products: a chunk of 16 rows times the
+/// pixels of a panel of at most 256 columns (then float64, one rounding).
+double dense_conv_gamma(int64_t K) { return gamma(16 * 256 / K + 1); }
+
+/// The convolution's dw and db (dw KRSC) against the float64 reference from its input x and its
+/// output gradient g, within that bound.
+void check_conv_grads(const Conv2dParams& p, const ref::ConvDims& dims, const std::vector<float>& x,
+                      const std::vector<float>& g, const std::vector<float>& dw, const std::vector<float>& db) {
+  Vec rdb, mdb;
+  const Vec rdw = ref::conv2d_backward_filter(p, dims, support::widen(x), support::widen(g), &rdb);
+  const Vec mdw = ref::conv2d_backward_filter(p, dims, absv(x), absv(g), &mdb);
+  const double u = std::ldexp(1.0, -24), gm = dense_conv_gamma(dims.K);
+  REQUIRE(dw.size() == rdw.size());
+  REQUIRE(db.size() == rdb.size());
+  for (size_t i = 0; i < dw.size(); ++i)
+    if (!(std::fabs(dw[i] - rdw[i]) <= gm * mdw[i] + u * std::fabs(rdw[i]) + 1e-30))
+      FAIL("the convolution's dw[" << i << "] " << dw[i] << ", reference " << rdw[i]);
+  for (size_t k = 0; k < db.size(); ++k)
+    if (!(std::fabs(db[k] - rdb[k]) <= gm * mdb[k] + u * std::fabs(rdb[k]) + 1e-30))
+      FAIL("the convolution's db[" << k << "] " << db[k] << ", reference " << rdb[k]);
+}
+
+}  // namespace
+
+TEST_CASE("dense_conv_backward: the dense layer's gradients of dense_backward, the convolution's within float32 "
+          "summation of the float64 reference, dx never needed",
+          "[backend][cpu][dense][fuse]") {
+  // Backend::dense_conv_backward against dense_backward(relu) then conv2d_backward_filter on the
+  // dx it returns: dw and db of the dense layer bit for bit where both run mpx's loops (within
+  // float32's bound of float64 everywhere); the convolution's dw and db within the bound of
+  // their float32 sums of the float64 reference on that dx, and bit for bit where the walk does
+  // not run (the base runs the two ops). Valid and same padding (windows into the padding), 1
+  // to 4 channels, 16/32/64 filters, taps in several blocks, a batch of 19 (a partial chunk),
+  // 1 to 3 threads, float32 and 16-bit.
+  const DenseConvCase cases[] = {
+      {"seed MNIST-like 3x3 valid, C=1, K=32", {"", 19, 18, 18, 1, 32, 3, 3, 0, 0, 0, 0}, 10},
+      {"CIFAR-like 3x3 same, C=3, K=64", {"", 19, 12, 12, 3, 64, 3, 3, 1, 1, 1, 1}, 7},
+      {"5x5 valid, C=2, K=16 (50 taps)", {"", 19, 28, 28, 2, 16, 5, 5, 0, 0, 0, 0}, 10},
+      {"1x1, C=4, K=32", {"", 19, 16, 16, 4, 32, 1, 1, 0, 0, 0, 0}, 1},
+      {"2x2, padding after, C=3, K=32", {"", 19, 16, 16, 3, 32, 2, 2, 0, 0, 1, 1}, 10},
+  };
+  for (const DenseConvCase& cs : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      for (int threads : {1, 2, 3})
+        DYNAMIC_SECTION(cs.name << ", " << dtype_name(t) << ", " << threads << " threads") {
+          const support::ConvCase& c = cs.conv;
+          const Conv2dParams p = c.params();
+          const ref::ConvDims dims = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+          const int64_t N = c.N, Ci = dims.P * dims.Q * c.K, Co = cs.Co;
+          REQUIRE(Ci >= 8192);
+          const support::OmpThreads th(threads);
+          support::CpuDev d;
+          Rng rng(static_cast<uint64_t>(71 + Ci + Co + c.C));
+          std::vector<float> xv, wv, dyv, cxv;
+          Tensor x = d.rand(rng, t, Shape{N, Ci}, &xv);  // the convolution's relu output: half zeros
+          for (float& v : xv) v = std::max(v, 0.0f);
+          d.put(x, xv);
+          Tensor cx = d.rand(rng, t, Shape{N, c.H, c.W, c.C}, &cxv);
+          Tensor w = d.rand(rng, DType::F32, Shape{Co, Ci}, &wv), dy = d.rand(rng, DType::F32, Shape{N, Co}, &dyv);
+          Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co}), dx = d.make(t, Shape{N, Ci});
+          Tensor cdw = d.make(DType::F32, Shape{c.K, c.R, c.S, c.C}), cdb = d.make(DType::F32, Shape{c.K});
+          d.be->dense_conv_backward(x, dy, w, dw, db, dx, p, cx, cdw, cdb);
+          // The two ops.
+          Tensor dw2 = d.make(DType::F32, Shape{Co, Ci}), db2 = d.make(DType::F32, Shape{Co});
+          Tensor dx2 = d.make(t, Shape{N, Ci}), cdw2 = d.make(DType::F32, Shape{c.K, c.R, c.S, c.C});
+          Tensor cdb2 = d.make(DType::F32, Shape{c.K});
+          d.be->dense_backward(x, dy, w, dw2, db2, dx2, true);
+          Tensor g2 = dx2;
+          g2.shape = Shape{N, dims.P, dims.Q, c.K};
+          d.be->conv2d_backward_filter(p, cx, g2, cdw2, cdb2);
+          std::string walk, both, wgrad;
+          for (const KernelChoice& k : d.be->kernels()) {
+            if (k.op.rfind("inner product backward weights and data with", 0) == 0) walk = k.impl;
+            if (k.op.rfind("inner product backward weights and data for", 0) == 0) both = k.impl;
+            if (k.op.rfind("inner product backward weights for", 0) == 0) wgrad = k.impl;
+          }
+          INFO("walk: '" << walk << "'; dense_backward: '" << both << "'; its weight gradient: '" << wgrad << "'");
+          const char* mode = std::getenv("MPX_DENSE_FEW");
+          const bool off = (mode && std::string(mode) != "auto") || std::getenv("MPX_CPU_REFERENCE");
+          const std::string isa = cpu::dense_few_isa();
+          // The rule (choose_dense_conv_backward): at most 10 outputs, 8,192+ columns, a float32
+          // x, the AVX-512 or AVX2 build.
+          const bool runs = !off && t == DType::F32 && (isa == "avx512" || isa == "avx2");
+          if (runs)
+            CHECK(walk.rfind("mpx:few-outputs", 0) == 0);
+          else
+            CHECK(walk.empty());
+          // The dense layer's dw and db.
+          Vec rdb;
+          const Vec rdw = ref::dense_backward_weights(N, Ci, Co, support::widen(xv), support::widen(dyv), &rdb);
+          support::check_close("dw against float64", d.get(dw), rdw, DType::F32);
+          support::check_close("db against float64", d.get(db), rdb, DType::F32);
+          if (!runs || both.rfind("mpx:few-outputs", 0) == 0 || wgrad.rfind("mpx:few-outputs", 0) == 0) {
+            support::check_exact("dw against dense_backward", d.get(dw), d.get(dw2));
+            support::check_exact("db against dense_backward", d.get(db), d.get(db2));
+          }
+          // The convolution's, against float64 on the dx the two ops give.
+          const std::vector<float> gotw = d.get(cdw), gotb = d.get(cdb);
+          check_conv_grads(p, dims, cxv, d.get(dx2), gotw, gotb);
+          if (!runs) {
+            support::check_exact("the convolution's dw against the two ops", gotw, d.get(cdw2));
+            support::check_exact("the convolution's db against the two ops", gotb, d.get(cdb2));
+          }
+        }
+}
+
+TEST_CASE("dense_few_backward_conv on 16-bit operands: the dense layer's bits, the convolution's within float32 "
+          "summation of the float64 reference",
+          "[backend][cpu][dense][fuse]") {
+  // The loops take a 16-bit x too (the backend's rule sends only float32 there): against the
+  // separate loops' dw and db bit for bit, and the convolution's gradients against float64 on
+  // the dx that dense_few_backward returns (rounded once to x's dtype), 1 to 3 threads.
+  const support::ConvCase c{"", 19, 18, 18, 1, 32, 3, 3, 0, 0, 0, 0};
+  const Conv2dParams p = c.params();
+  const ref::ConvDims dims = ref::conv_dims(p, c.N, c.H, c.W, c.C, c.K);
+  const cpu::conv_detail::Geo g = support::stride1_geo(c, dims);
+  const int64_t N = c.N, Ci = dims.P * dims.Q * c.K, Co = 10, J = c.R * c.S * c.C;
+  for (DType t : {DType::BF16, DType::F16})
+    for (int threads : {1, 2, 3}) DYNAMIC_SECTION(dtype_name(t) << ", " << threads << " threads") {
+        const support::OmpThreads th(threads);
+        Rng rng(static_cast<uint64_t>(5 + threads));
+        std::vector<float> xv = support::uniform_values(rng, N * Ci, t);
+        for (float& v : xv) v = std::max(v, 0.0f);
+        const std::vector<float> cxv = support::uniform_values(rng, N * c.H * c.W * c.C, t);
+        const std::vector<float> wv = support::uniform_values(rng, Co * Ci), dyv = support::uniform_values(rng, N * Co);
+        const std::vector<uint16_t> x16 = support::to16(xv, t), cx16 = support::to16(cxv, t);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> dw(static_cast<size_t>(Co * Ci), nan), db(static_cast<size_t>(Co), nan);
+        std::vector<float> cdw(static_cast<size_t>(c.K * J), nan), cdb(static_cast<size_t>(c.K), nan);
+        std::vector<double> scratch(cpu::dense_few_conv_scratch(g, threads), 0.0);
+        cpu::dense_few_backward_conv(N, Ci, Co, x16.data(), t, dyv.data(), wv.data(), dw.data(), db.data(), g,
+                                     cx16.data(), cdw.data(), cdb.data(), scratch.data());
+        std::vector<float> dw2(dw.size(), nan), db2(db.size(), nan), dxf(static_cast<size_t>(N * Ci));
+        std::vector<uint16_t> dx16(static_cast<size_t>(N * Ci), 0xFFFF);
+        cpu::dense_few_backward(N, Ci, Co, x16.data(), t, dyv.data(), wv.data(), dw2.data(), db2.data(), dx16.data(),
+                                true);
+        support::check_exact("dw against dense_few_backward", dw, dw2);
+        support::check_exact("db against dense_few_backward", db, db2);
+        convert(dx16.data(), t, dxf.data(), DType::F32, dxf.size());
+        check_conv_grads(p, dims, cxv, dxf, cdw, cdb);
+      }
+}
+
+TEST_CASE("dense_conv_backward: the walk's results do not depend on which thread count ran the dense part",
+          "[backend][cpu][dense][fuse]") {
+  // The dense layer's dw and db are the same bits at 1, 2 and 3 threads (each column summed over
+  // the rows in order by one thread); the convolution's are within their bound at each (checked
+  // above), and the same bits when the thread count is the same.
+  const support::ConvCase c{"", 5, 18, 18, 1, 32, 3, 3, 0, 0, 0, 0};
+  const Conv2dParams p = c.params();
+  const int64_t Ci = 16 * 16 * 32, Co = 10, N = c.N;
+  std::vector<float> dw1, cdw_first;
+  for (int threads : {1, 2, 3, 2}) {
+    const support::OmpThreads th(threads);
+    support::CpuDev d;
+    Rng rng(99);
+    std::vector<float> xv;
+    Tensor x = d.rand(rng, DType::F32, Shape{N, Ci}, &xv);
+    for (float& v : xv) v = std::max(v, 0.0f);
+    d.put(x, xv);
+    Tensor cx = d.rand(rng, DType::F32, Shape{N, c.H, c.W, c.C}, nullptr);
+    Tensor w = d.rand(rng, DType::F32, Shape{Co, Ci}, nullptr), dy = d.rand(rng, DType::F32, Shape{N, Co}, nullptr);
+    Tensor dw = d.make(DType::F32, Shape{Co, Ci}), db = d.make(DType::F32, Shape{Co}), dx = d.make(DType::F32, Shape{N, Ci});
+    Tensor cdw = d.make(DType::F32, Shape{c.K, c.R, c.S, c.C}), cdb = d.make(DType::F32, Shape{c.K});
+    d.be->dense_conv_backward(x, dy, w, dw, db, dx, p, cx, cdw, cdb);
+    if (dw1.empty())
+      dw1 = d.get(dw);
+    else
+      support::check_exact("dw at " + std::to_string(threads) + " threads", d.get(dw), dw1);
+    if (threads == 2) {
+      if (cdw_first.empty())
+        cdw_first = d.get(cdw);
+      else
+        support::check_exact("the convolution's dw, 2 threads again", d.get(cdw), cdw_first);
+    }
+  }
+}
+
+TEST_CASE("dense_conv_backward: an x that is not the convolution's output, or a convolution input of another dtype, "
+          "is refused",
+          "[backend][cpu][dense]") {
+  support::CpuDev d;
+  Rng rng(41);
+  Conv2dParams p;
+  p.R = p.S = 3;
+  Tensor cx = d.rand(rng, DType::F32, Shape{2, 6, 6, 1}, nullptr), cx16 = d.rand(rng, DType::BF16, Shape{2, 6, 6, 1}, nullptr);
+  Tensor cdw = d.make(DType::F32, Shape{16, 3, 3, 1}), cdb = d.make(DType::F32, Shape{16});
+  Tensor x = d.rand(rng, DType::F32, Shape{2, 4 * 4 * 16}, nullptr), dx = d.make(DType::F32, Shape{2, 4 * 4 * 16});
+  Tensor xs = d.rand(rng, DType::F32, Shape{2, 100}, nullptr), dxs = d.make(DType::F32, Shape{2, 100});
+  Tensor w = d.rand(rng, DType::F32, Shape{3, 256}, nullptr), ws = d.rand(rng, DType::F32, Shape{3, 100}, nullptr);
+  Tensor dy = d.rand(rng, DType::F32, Shape{2, 3}, nullptr);
+  Tensor dw = d.make(DType::F32, Shape{3, 256}), dws = d.make(DType::F32, Shape{3, 100}), db = d.make(DType::F32, Shape{3});
+  REQUIRE_THROWS_WITH(d.be->dense_conv_backward(xs, dy, ws, dws, db, dxs, p, cx, cdw, cdb),
+                      Catch::Contains("dense_conv_backward: x float32[2, 100] must be the convolution's output "
+                                      "flattened, [2, 4x4x16]"));
+  REQUIRE_THROWS_WITH(d.be->dense_conv_backward(x, dy, w, dw, db, dx, p, cx16, cdw, cdb),
+                      Catch::Contains("dense_conv_backward: x float32[2, 256] and conv_x bfloat16[2, 6, 6, 1]"));
+  Tensor cdw_bad = d.make(DType::F32, Shape{16, 3, 3, 2});
+  REQUIRE_THROWS_WITH(d.be->dense_conv_backward(x, dy, w, dw, db, dx, p, cx, cdw_bad, cdb),
+                      Catch::Contains("disagree on C"));
+}

@@ -165,6 +165,17 @@ class Backend {
   /// in one walk over x (docs/cpu-performance.md, "Both backward passes in one walk").
   void dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
                       const Tensor& dx, bool relu_input);
+  /// The backward of a dense layer whose input x [N, P*Q*K] is the relu output of a model's
+  /// first convolution (p; its input conv_x [N, H, W, C], its weight gradient conv_dw [K, R, S, C]
+  /// and bias gradient conv_db, which may be empty), flattened, where that convolution's input
+  /// gradient is not needed: dense_backward(x, dy, w, dw, db, dx, true), then
+  /// conv2d_backward_filter(p, conv_x, dx as [N, P, Q, K], conv_dw, conv_db). dx is working
+  /// space of x's shape and dtype, its contents afterwards unspecified: a backend may take the
+  /// convolution's sums from each block of dx while it is in cache and never store dx
+  /// (docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk").
+  void dense_conv_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
+                           const Tensor& dx, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
+                           const Tensor& conv_db);
   /// global_avg_pool_backward and, in the same call, the backward of the relu whose output
   /// is x, the pooling's input (dx's shape and dtype): dx = dy / (H W) where x > 0, else 0;
   /// the same bits as global_avg_pool_backward followed by activation_backward(relu, x, dx,
@@ -283,6 +294,11 @@ class Backend {
   /// calls this where it cannot.
   virtual void dense_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                                    const Tensor& db, const Tensor& dx, bool relu_input);
+  /// The base runs dense_backward_impl and conv2d_backward_filter_impl; the CPU backend does both
+  /// in one walk where it can, and calls this where it cannot.
+  virtual void dense_conv_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                                        const Tensor& db, const Tensor& dx, const Conv2dParams& p,
+                                        const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db);
 
  private:
   /// The same for global average pooling.

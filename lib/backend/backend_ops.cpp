@@ -148,9 +148,10 @@ void Backend::dense_relu_backward_data_impl(const Tensor& dy, const Tensor& w, c
   activation_backward_impl(Activation::Relu, x, dx, dx);
 }
 
-void Backend::dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
-                             const Tensor& dx, bool relu_input) {
-  const char* op = "dense_backward";
+namespace {
+/// dense_backward's arguments (dense_conv_backward's too).
+void check_dense_backward(const char* op, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                          const Tensor& db, const Tensor& dx) {
   require_float(op, "x", x);
   require_float(op, "dy", dy);
   require_data(op, "w", w);
@@ -167,6 +168,12 @@ void Backend::dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w,
   }
   require_same_dtype(op, "x", x, "dx", dx);
   require_same_shape(op, "x", x, "dx", dx);
+}
+}  // namespace
+
+void Backend::dense_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
+                             const Tensor& dx, bool relu_input) {
+  check_dense_backward("dense_backward", x, dy, w, dw, db, dx);
   dense_backward_impl(x, dy, w, dw, db, dx, relu_input);
 }
 
@@ -178,6 +185,44 @@ void Backend::dense_backward_impl(const Tensor& x, const Tensor& dy, const Tenso
     dense_relu_backward_data_impl(dy, w, x, dx);
   else
     dense_backward_data_impl(dy, w, dx);
+}
+
+void Backend::dense_conv_backward(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                                  const Tensor& db, const Tensor& dx, const Conv2dParams& p, const Tensor& conv_x,
+                                  const Tensor& conv_dw, const Tensor& conv_db) {
+  const char* op = "dense_conv_backward";
+  require_float(op, "conv_x", conv_x);
+  require_data(op, "conv_dw", conv_dw);
+  require_same_dtype(op, "x", x, "conv_x", conv_x);
+  require_grad_dtype(op, "conv_dw", conv_dw, conv_x.dtype);
+  require_rank(op, "conv_x", conv_x, 4);
+  require_rank(op, "conv_dw", conv_dw, 4);
+  check_conv_params(op, p);
+  const int P = p.out_h(static_cast<int>(conv_x.shape[1])), Q = p.out_w(static_cast<int>(conv_x.shape[2]));
+  const int64_t K = conv_dw.shape[0];
+  MPX_VALIDATE(x.shape.rank == 2 && x.shape[0] == conv_x.shape[0] && x.shape[1] == int64_t{P} * Q * K,
+               "{}: x {} must be the convolution's output flattened, [{}, {}x{}x{}]", op, x.str(), conv_x.shape[0],
+               P, Q, K);
+  Tensor y = x;  // x seen as the convolution's output
+  y.shape = Shape{x.shape[0], P, Q, K};
+  check_conv_shapes(op, p, conv_x, "conv_x", conv_dw, y, "x");
+  if (!conv_db.empty()) {
+    require_vector(op, "conv_db", conv_db, conv_dw.shape[0]);
+    require_grad_dtype(op, "conv_db", conv_db, conv_x.dtype);
+  }
+  check_dense_backward(op, x, dy, w, dw, db, dx);
+  if (x.numel() == 0) return;
+  dense_conv_backward_impl(x, dy, w, dw, db, dx, p, conv_x, conv_dw, conv_db);
+}
+
+void Backend::dense_conv_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                                       const Tensor& db, const Tensor& dx, const Conv2dParams& p,
+                                       const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db) {
+  dense_backward_impl(x, dy, w, dw, db, dx, true);
+  Tensor g = dx;  // dx seen as the convolution's output gradient
+  g.shape = Shape{dx.shape[0], p.out_h(static_cast<int>(conv_x.shape[1])),
+                  p.out_w(static_cast<int>(conv_x.shape[2])), conv_dw.shape[0]};
+  conv2d_backward_filter_impl(p, conv_x, g, conv_dw, conv_db);
 }
 
 void Backend::global_avg_pool_relu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {

@@ -53,6 +53,12 @@ class Conv2d : public KernelLayer {
 
   bool ends_in_relu() const override { return act_.is_relu(); }
   void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
+  bool gives_conv_weight_grads() const override { return act_.backward_by_next; }
+  void conv_weight_grads(
+      Context& c,
+      const std::function<void(const Conv2dParams&, const Tensor&, const Tensor&, const Tensor&)>& fn) override {
+    weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) { fn(p_, x_, dw, db); });
+  }
   bool forwards_by_rows(const Context& c) const override {
     return c.be->conv2d_forward_in_pieces(p_, with_batch(1, in_shape_),
                                           Shape{out_shape_[2], p_.R, p_.S, in_shape_[2]}, dtype_);

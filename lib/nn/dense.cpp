@@ -48,6 +48,22 @@ class Dense : public KernelLayer {
     return c.be->dense_input_piece_rows(in_shape_[0], out_shape_[0], dtype_, input_dtype());
   }
   void skip_relu_backward(Context& c) override { act_.hand_backward_to_next(c); }
+  // The first convolution's weight gradients in this layer's backward op (Backend::dense_conv_backward;
+  // docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk").
+  bool takes_conv_weight_grads() const override { return relu_input_ && dtype_ == DType::F32; }
+  void backward_with_conv(Context& c, const Tensor& dy, Layer& conv) override {
+    const int64_t n = dy.shape[0];
+    const Tensor g = act_.backward(c, y_.at(n), dy);
+    const Tensor w = c.weight(kernel_, dtype_);
+    bool done = false;
+    weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) {
+      conv.conv_weight_grads(c, [&](const Conv2dParams& p, const Tensor& cx, const Tensor& cdw, const Tensor& cdb) {
+        c.be->dense_conv_backward(x_, g, w, dw, db, dx_.at(n), p, cx, cdw, cdb);
+        done = true;
+      });
+    });
+    MPX_CHECK_MSG(done, name() + ": backward_with_conv on a layer that gives no convolution's weight gradients");
+  }
 
  private:
   void run_forward(Context& c, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,

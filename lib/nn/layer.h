@@ -192,6 +192,23 @@ class Layer {
   /// reshaped: a relu's output is still one after it, so the fusion may reach across it.
   virtual bool passes_relu_through() const { return false; }
 
+  // The backward of a dense layer and of the model's first convolution in one op
+  // (Backend::dense_conv_backward), decided by the Sequence where a reshape connects them
+  // (docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk").
+  /// As that convolution: whether its relu's gradient is the next layer's (skip_relu_backward).
+  virtual bool gives_conv_weight_grads() const { return false; }
+  /// Calls fn(p, x, dw, db) with the convolution's window, its input of the last forward and
+  /// its gradient buffers (db may be empty); only where gives_conv_weight_grads().
+  virtual void conv_weight_grads(
+      Context& /*c*/,
+      const std::function<void(const Conv2dParams&, const Tensor&, const Tensor&, const Tensor&)>& /*fn*/) {}
+  /// As that dense layer: whether it can take the convolution's weight gradients into its
+  /// backward (it computes the relu's gradient, fuse_input_relu, and is float32).
+  virtual bool takes_conv_weight_grads() const { return false; }
+  /// Its backward from dy with `conv`'s weight gradients (conv.conv_weight_grads), no input
+  /// gradient kept; only where takes_conv_weight_grads().
+  virtual void backward_with_conv(Context& /*c*/, const Tensor& /*dy*/, Layer& /*conv*/) {}
+
   // Plan-time fusion of an activation layer into the batch norm before it, decided by the
   // Sequence (docs/cpu-performance.md, "Batch norm and the activation after it").
   /// The activation of a standalone activation layer that applies one itself (None for every
@@ -336,6 +353,10 @@ class Sequence {
   Tensor forward_in_pieces(Context& c, const PieceRun& run, const Tensor& x);
   std::vector<Step> steps_;
   std::vector<PieceRun> pieces_;  // in step order, not overlapping
+  /// Whether steps first, first + 1 and first + 2 are a convolution, a reshape and a dense layer
+  /// whose backward takes the convolution's weight gradients (Layer::backward_with_conv).
+  bool conv_backward_at(size_t first) const;
+  bool fuse_ = true;  // MPX_CPU_FUSE, read when the sequence is built
   size_t first_backward_ = 0;
   Shape in_shape_, out_shape_;
   DType in_dtype_ = DType::F32, out_dtype_ = DType::F32;

@@ -264,6 +264,7 @@ void Sequence::append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, 
 }
 
 void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx) {
+  fuse_ = env_flag("MPX_CPU_FUSE", true);
   Step s;
   s.in_dtype = in_dtype;
   if (in_dtype != layer->input_dtype()) {
@@ -343,6 +344,16 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
   Tensor g = dy;
   for (size_t i = steps_.size(); i-- > first;) {
     Step& s = steps_[i];
+    if (!need_dx && i == first + 2 && conv_backward_at(first)) {
+      // The dense layer, the reshape and the first convolution in one op: no input gradient is
+      // kept; their hooks are called in the order the steps' own backward would call them.
+      s.layer->backward_with_conv(c, g, *steps_[first].layer);
+      for (size_t j = i + 1; j-- > first;) {
+        grads_ready(c, *steps_[j].layer);
+        steps_[j].layer->last_dx = Tensor();
+      }
+      break;
+    }
     const bool nd = need_dx || i > first;
     g = s.layer->backward(c, g, nd);
     grads_ready(c, *s.layer);
@@ -371,6 +382,13 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
     for (Layer* l : all) l->last_dx = Tensor();
   }
   return Tensor();
+}
+
+bool Sequence::conv_backward_at(size_t first) const {
+  if (!fuse_ || first + 2 >= steps_.size()) return false;
+  const Step &conv = steps_[first], &reshape = steps_[first + 1], &dense = steps_[first + 2];
+  return conv.layer->gives_conv_weight_grads() && reshape.layer->passes_relu_through() && reshape.in_cast.empty() &&
+         dense.in_cast.empty() && dense.layer->takes_conv_weight_grads();
 }
 
 int64_t Sequence::param_count(const Context& c) const {

@@ -208,6 +208,16 @@ class CpuBackend final : public Backend {
     }
     Backend::dense_backward_impl(x, dy, w, dw, db, dx, relu_input);
   }
+  void dense_conv_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw, const Tensor& db,
+                                const Tensor& dx, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
+                                const Tensor& conv_db) override {
+    {
+      OpTimer t(times_, "dense_conv_backward");
+      if (cpu::dense_conv_backward(ctx_, x, dy, w, dw, db, p, conv_x, conv_dw, conv_db)) return;
+      t.discard();
+    }
+    Backend::dense_conv_backward_impl(x, dy, w, dw, db, dx, p, conv_x, conv_dw, conv_db);
+  }
   void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) override {
     MPX_OP_TIMER("global_avg_pool_relu_backward");
     cpu::global_avg_pool_relu_backward(ctx_, x, dy, dx);

@@ -49,6 +49,12 @@ void dense_relu_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, c
 /// (choose_dense_backward) says so; false: nothing done, run the two passes.
 bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                     const Tensor& db, const Tensor& dx, bool relu);
+/// Backend::dense_conv_backward in one walk over x on the few-output loops, where the chooser
+/// (choose_dense_conv_backward) and the convolution's shape allow; false: nothing done, run the
+/// ops one after the other.
+bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                         const Tensor& db, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
+                         const Tensor& conv_db);
 // pieces.cpp: the rules of the forward in pieces of the batch (Backend::dense_input_piece_rows,
 // max_pool_input_piece_rows, conv2d_forward_in_pieces; docs/cpu-performance.md, "Pieces of the
 // batch").

@@ -7,6 +7,8 @@
 // exact_post_op says so, else activation_epilogue's pass, which also keeps relu's NaN) with
 // the user layouts nc / oi / nc, one cached plan per shape, run on fixed chunks of rows (see
 // below); the plain loops stay for MPX_CPU_REFERENCE=1.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "backend/cpu/dense/dense_loops.h"
 #include "backend/cpu/dense/dense_native.h"
 #include "backend/cpu/dense/dense_rows.h"
+#include "backend/cpu/conv/conv_loops.h"
 #include "backend/cpu/ops.h"
 
 namespace mpx::cpu {
@@ -37,6 +40,7 @@ enum DenseOp : int64_t {
   kDenseBwdWeights = 203,
   kDenseChoice = 205,
   kDenseBwdBoth = 206,  // both backward passes in one walk (choose_dense_backward)
+  kDenseBwdConv = 207,  // ... and a first convolution's weight gradient (choose_dense_conv_backward)
 };
 
 std::string dense_what(const char* op, int64_t N, int64_t Ci, int64_t Co) {
@@ -112,11 +116,15 @@ const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
   return ctx.plan<ChoicePlan>(k, [&] {
            // Owned until returned: the chooser throws on a bad switch value (exit 2).
            auto c = std::make_unique<ChoicePlan>();
-           c->choice = op == kDenseBwdBoth ? choose_dense_backward(q) : choose_dense(q);
+           c->choice = op == kDenseBwdBoth   ? choose_dense_backward(q)
+                       : op == kDenseBwdConv ? choose_dense_conv_backward(q)
+                                             : choose_dense(q);
            if (c->choice.kernel == DenseKernel::FewOutputs) {
              const char* name = op == kDenseFwd       ? "inner product forward"
                                 : op == kDenseBwdData ? "inner product backward data"
                                 : op == kDenseBwdBoth ? "inner product backward weights and data"
+                                : op == kDenseBwdConv ? "inner product backward weights and data with the convolution's "
+                                                        "weight gradient"
                                                       : "inner product backward weights";
              ctx.note_kernel(dense_what(name, q.N, q.Ci, q.Co), c->choice.name);
            }
@@ -250,6 +258,31 @@ bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tenso
   dense_few_backward(N, Ci, Co, x.data, x.dtype, dyf, wf, dwf, dbf, dx.data, relu);
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);
+  return true;
+}
+
+bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
+                         const Tensor& db, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
+                         const Tensor& conv_db) {
+  const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
+  const conv_detail::Geo g = conv_detail::geometry(p, conv_x.shape, conv_dw.shape);
+  if (N == 0 || !conv_detail::few_channel_shape(g) || 64 % g.K != 0 || conv_x.dtype != x.dtype ||
+      w.dtype != DType::F32)
+    return false;
+  const DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);
+  if (choice(ctx, kDenseBwdConv, q).kernel != DenseKernel::FewOutputs) return false;
+  const float* dyf = f32_in(ctx, kSlotDY, dy);
+  float* dwf = f32_out(ctx, kSlotDW, dw);
+  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+  float* cdw = f32_out(ctx, kSlotTmp1, conv_dw);
+  float* cdb = conv_db.empty() ? nullptr : f32_out(ctx, kSlotDX, conv_db);
+  double* scratch = ctx.scratch_f64(kSlotTmp0, dense_few_conv_scratch(g, omp_get_max_threads()));
+  dense_few_backward_conv(N, Ci, Co, x.data, x.dtype, dyf, w.as<const float>(), dwf, dbf, g, conv_x.data, cdw, cdb,
+                          scratch);
+  f32_commit(dwf, dw);
+  if (dbf) f32_commit(dbf, db);
+  f32_commit(cdw, conv_dw);
+  if (cdb) f32_commit(cdb, conv_db);
   return true;
 }
 

@@ -45,4 +45,9 @@ DenseChoice choose_dense(const DenseQuery& q);
 /// fused: each pass asks choose_dense).
 DenseChoice choose_dense_backward(const DenseQuery& q);
 
+/// Whether both backward passes and a first convolution's weight gradient from dx
+/// (dense_few_backward_conv; the convolution's shape checked by the caller) run in one walk
+/// over x: kernel FewOutputs with its name, or OneDnn (each op on its own).
+DenseChoice choose_dense_conv_backward(const DenseQuery& q);
+
 }  // namespace mpx::cpu

@@ -103,4 +103,39 @@ void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType 
   if (db) bias_gradient(N, Co, dy, db);
 }
 
+size_t dense_few_conv_scratch(const conv_detail::Geo& g, int threads) {
+  return static_cast<size_t>((g.R * g.S * g.C + 1) * g.K) * static_cast<size_t>(threads);
+}
+
+void dense_few_backward_conv(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
+                             const float* w, float* dw, float* db, const conv_detail::Geo& g, const void* conv_x,
+                             float* conv_dw, float* conv_db, double* scratch) {
+  MPX_CHECK(Co >= 1 && Co <= kDenseFewFuseMaxOut && conv_detail::few_channel_shape(g) && g.N == N &&
+            Ci == g.P * g.Q * g.K && 64 % g.K == 0);  // split's shares and the panels hold whole pixels
+  const int64_t J = g.R * g.S * g.C, per = (J + 1) * g.K;
+  const int threads = omp_get_max_threads();
+  std::fill(scratch, scratch + per * threads, 0.0);  // a thread may get no columns
+  DenseFewArgs a{N, Ci, Co, x, xt, w, nullptr, dy, nullptr, dw, nullptr, x};
+  split(Ci, 64, [&](int64_t i0, int64_t i1, int t) {
+    const DenseConvArgs c{&g, conv_x, scratch + per * t, scratch + per * t + J * g.K};
+    DenseFewArgs b = a;
+    b.conv = &c;
+    build(xt).backward(b, i0, i1);
+  });
+  // conv_dw[k][j] (KRSC) and conv_db[k]: the threads' float64 sums added in thread order.
+  for (int64_t k = 0; k < g.K; ++k) {
+    for (int64_t j = 0; j < J; ++j) {
+      double sum = 0.0;
+      for (int t = 0; t < threads; ++t) sum += scratch[per * t + j * g.K + k];
+      conv_dw[k * J + j] = static_cast<float>(sum);
+    }
+    if (conv_db) {
+      double sum = 0.0;
+      for (int t = 0; t < threads; ++t) sum += scratch[per * t + J * g.K + k];
+      conv_db[k] = static_cast<float>(sum);
+    }
+  }
+  if (db) bias_gradient(N, Co, dy, db);
+}
+
 }  // namespace mpx::cpu

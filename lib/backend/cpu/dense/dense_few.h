@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/conv/conv_loops.h"
 #include "core/dtype.h"
 
 namespace mpx::cpu {
@@ -41,11 +42,34 @@ constexpr int64_t kDenseFewFuseMaxOut = 10;
 void dense_few_backward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy, const float* w,
                         float* dw, float* db, void* dx, bool relu);
 
+/// dense_few_backward with relu (x a relu's output), whose dx is the output gradient of a
+/// network's first convolution (geometry g, a few-channel shape: conv_detail::few_channel_shape;
+/// x its output [N, P, Q, K] flattened, so Ci = P * Q * K) whose input gradient is not needed:
+/// dw and db as dense_few_backward's, and that convolution's weight gradient conv_dw (KRSC) and
+/// bias gradient conv_db (when not null) from its input conv_x (dtype xt) and dx, while each
+/// block of dx is in cache; dx is never stored. The threads take columns in whole pixels (the
+/// split's 64 columns are whole pixels of 16, 32 or 64 filters), and each sums the products of a
+/// chunk of rows and a panel of pixels in float32, then adds them into its float64 sums; the
+/// threads' sums are added in thread order. `scratch`: dense_few_conv_scratch(g, threads) doubles.
+void dense_few_backward_conv(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
+                             const float* w, float* dw, float* db, const conv_detail::Geo& g, const void* conv_x,
+                             float* conv_dw, float* conv_db, double* scratch);
+/// Doubles of scratch dense_few_backward_conv needs with `threads` OpenMP threads.
+size_t dense_few_conv_scratch(const conv_detail::Geo& g, int threads);
+
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* dense_few_isa();
 
 // The per-ISA builds (dense_few.inc): rows [n0, n1) of the forward pass, columns [i0, i1) of
 // the backward-data pass, the weight gradient and both backward passes.
+/// dense_few_backward_conv's convolution: its geometry and input, and the thread's float64 sums
+/// of the weight gradient [taps][K] (taps = R*S*C in KRSC order) and of the bias gradient [K].
+struct DenseConvArgs {
+  const conv_detail::Geo* g;
+  const void* x;
+  double *accd, *dbd;
+};
+
 struct DenseFewArgs {
   int64_t N, Ci, Co;
   const void* x;  // forward, weight gradient, both backward passes
@@ -54,6 +78,10 @@ struct DenseFewArgs {
   float *y, *dw;
   void* dx;             // backward-data
   const void* relu_out;  // backward-data: a relu's output (dx's dtype), or null; both passes: x or null
+  const DenseConvArgs* conv = nullptr;  // both passes: dense_few_backward_conv's convolution, or null
+  // Where dx's element (n, i) is: dx + (n - dx_n0) * ldx + (i - dx_i0), ldx 0 meaning Ci (the
+  // whole tensor); dense_few_backward_conv points them at the thread's block buffer.
+  int64_t ldx = 0, dx_n0 = 0, dx_i0 = 0;
 };
 #define MPX_DENSE_FEW_DECL(ns)                                                 \
   namespace ns {                                                               \
