@@ -356,7 +356,7 @@ class Sequence {
   /// Whether steps first, first + 1 and first + 2 are a convolution, a reshape and a dense layer
   /// whose backward takes the convolution's weight gradients (Layer::backward_with_conv).
   bool conv_backward_at(size_t first) const;
-  bool fuse_ = true;  // MPX_CPU_FUSE, read when the sequence is built
+  bool fuse_ = true;  // MPX_CPU_FUSE, read as each step is added (add_step)
   size_t first_backward_ = 0;
   Shape in_shape_, out_shape_;
   DType in_dtype_ = DType::F32, out_dtype_ = DType::F32;

@@ -26,7 +26,7 @@ void Sequence::plan_pieces(const Context& c) {
   // reshapes alone, and MPX_CPU_FUSE=0 turns every plan-time fusion off, this one too.
   const size_t last = steps_.size() - 1;
   const int64_t rows = steps_[last].layer->input_piece_rows(c);
-  if (rows <= 0 || !steps_[last].in_cast.empty() || !env_flag("MPX_CPU_FUSE", true)) return;
+  if (rows <= 0 || !steps_[last].in_cast.empty() || !fuse_) return;
   const size_t floor = pieces_.empty() ? 0 : pieces_.back().last + 1;  // runs do not overlap
   size_t first = last;
   while (first > floor && steps_[first].in_cast.empty() && steps_[first - 1].layer->forwards_by_rows(c)) --first;

@@ -264,7 +264,7 @@ void Sequence::append(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, 
 }
 
 void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype, bool need_dx) {
-  fuse_ = env_flag("MPX_CPU_FUSE", true);
+  fuse_ = env_flag("MPX_CPU_FUSE", true);  // every plan-time fusion below and in plan_pieces
   Step s;
   s.in_dtype = in_dtype;
   if (in_dtype != layer->input_dtype()) {
@@ -276,7 +276,7 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
   // tensor itself (no cast between them, only reshapes such as flatten; a float32 dense layer
   // that reads a 16-bit input as it is qualifies) and returns an input gradient;
   // MPX_CPU_FUSE=0 turns it off.
-  if (need_dx && in_dtype == layer->input_dtype() && env_flag("MPX_CPU_FUSE", true)) {
+  if (need_dx && in_dtype == layer->input_dtype() && fuse_) {
     Layer* relu = nullptr;
     for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
       if (it->layer->dtype() != in_dtype) break;
@@ -292,7 +292,7 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
   // dtype with no cast between them: the batch norm applies it in its own ops, so its input
   // is never stored (docs/cpu-performance.md, "Batch norm and the activation after it");
   // MPX_CPU_FUSE=0 turns it off too.
-  if (!steps_.empty() && in_dtype == layer->input_dtype() && env_flag("MPX_CPU_FUSE", true)) {
+  if (!steps_.empty() && in_dtype == layer->input_dtype() && fuse_) {
     const Activation a = layer->standalone_activation();
     Layer* prev = steps_.back().layer.get();
     if (!a.is_none() && a.backward_reads() == ActSaved::Input && prev->dtype() == in_dtype &&

@@ -266,8 +266,7 @@ bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
                          const Tensor& conv_db) {
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   const conv_detail::Geo g = conv_detail::geometry(p, conv_x.shape, conv_dw.shape);
-  if (N == 0 || !conv_detail::few_channel_shape(g) || 64 % g.K != 0 || conv_x.dtype != x.dtype ||
-      w.dtype != DType::F32)
+  if (N == 0 || !conv_detail::few_channel_shape(g) || conv_x.dtype != x.dtype || w.dtype != DType::F32)
     return false;
   const DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);
   if (choice(ctx, kDenseBwdConv, q).kernel != DenseKernel::FewOutputs) return false;

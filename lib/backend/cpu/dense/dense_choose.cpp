@@ -105,10 +105,10 @@ DenseChoice choose_dense_backward(const DenseQuery& q) {
 DenseChoice choose_dense_conv_backward(const DenseQuery& q) {
   // Where the backward-data pass runs mpx's loops over a float32 x of at least kFewF32MinIn
   // columns, with the AVX-512 or AVX2 build: the walk then never stores dx, which is what it
-  // saves (docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk").
-  // Measured on the seed MNIST net: float32 1.45x faster with AVX-512, 1.1-1.2x under the AVX2
-  // cap; a bfloat16 x tied with the separate ops (whose weight gradient has bfloat16 dot
-  // products), so 16-bit keeps them. The baseline build is not measured either.
+  // saves (docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk",
+  // with the seed MNIST net's figures). A bfloat16 x tied there with the separate ops (whose
+  // weight gradient has bfloat16 dot products), so 16-bit keeps them; the baseline build is not
+  // measured.
   DenseQuery d = q;
   d.pass = DensePass::BackwardData;
   const std::string isa = dense_few_isa();
