@@ -19,7 +19,8 @@ which CPU path ran (mpx bench's kernels; the peers' oneDNN verbose lines).
 
 By default it runs everything twice and prints one set of tables per CPU path:
 the CPU as it is, then every tool capped at AVX2 (--isa-cap none or avx2 runs
-one of them).
+one of them). A tf-keras run that fails is run again with oneDNN off (TF's
+Eigen kernels; under the cap, every bfloat16 run) and marked `*`.
 
 A benchmark, run by hand; never part of the tests. docs/cpu-performance.md,
 "Against the peers", says what each figure means.
@@ -98,6 +99,15 @@ class Bench:
         return [self.python[peer], os.path.join(ROOT, "bench", PEERS[peer][0]), "--config", NETS[net][0],
                 "--policy", policy, "--steps", str(steps), "--warmup", str(warmup), "--threads",
                 str(self.a.threads), "--budget-s", str(self.a.budget_s), "--json"]
+
+    def fallback_env(self, tool):
+        """(env, what it changes) for a second try of a `tool` run that failed, or None. tf-keras
+        with oneDNN off runs TF's own (Eigen) kernels: under the AVX2 cap oneDNN has no bfloat16
+        convolution, and TF stops the run instead of falling back itself; on a CPU without
+        AVX-512 that is how a tf-keras user gets a mixed_bfloat16 step."""
+        if tool != "tf-keras":
+            return None
+        return dict(self.env, TF_ENABLE_ONEDNN_OPTS="0"), "oneDNN off (TF_ENABLE_ONEDNN_OPTS=0: TF's Eigen kernels)"
 
     def cmd(self, tool, net, policy, steps, warmup):
         if tool == "mpx":

@@ -19,10 +19,35 @@ def uptime():
         return "load average %.2f, %.2f, %.2f" % os.getloadavg()
 
 
+def run_one(b, a, key, cmd, fallbacks):
+    """One run of `cmd`: (its JSON or None, the error). Where the tool failed (not by the time
+    limit) and has a second way to run (b.fallback_env), that runs at once, and in later rounds
+    first; `fallbacks`
+    records {key: (what changed, the first way's error)}, and the run's JSON says it too."""
+    alt = b.fallback_env(key[2])
+    if key in fallbacks and alt:
+        res, err, _ = probe.run_json(cmd, alt[0], a.timeout, b.root)
+    else:
+        res, err, _ = probe.run_json(cmd, b.env, a.timeout, b.root)
+        if res is None and alt and not err.startswith("timed out"):  # a slow run would be slow again
+            first = err
+            res, err, _ = probe.run_json(cmd, alt[0], a.timeout, b.root)
+            if res is not None:
+                fallbacks[key] = (alt[1], first)
+                print(f"  {' '.join(key)}: failed ({first.splitlines()[0][:160]}); ran again with {alt[1]}",
+                      file=sys.stderr)
+            else:
+                err = f"{first}; again with {alt[1]}: {err}"
+    if res is not None and key in fallbacks:
+        res["fallback"] = fallbacks[key][0]
+    return res, err
+
+
 def run_rounds(b, a, nets, policies, tools, net_table):
     """Every (net, policy, tool) once per round, the tools' order rotated each round;
     the GEMM ceiling measured at the start of every round."""
     runs, errors, gemm, memory = {}, {}, [], []
+    b.fallbacks = {}
     for r in range(a.rounds):
         g = b.gemm()
         gemm.append(g)
@@ -38,8 +63,8 @@ def run_rounds(b, a, nets, policies, tools, net_table):
             for policy in policies:
                 k = r % len(tools)
                 for tool in tools[k:] + tools[:k]:
-                    res, err, _ = probe.run_json(b.cmd(tool, net, policy, steps, warmup), b.env, a.timeout, b.root)
                     key = (net, policy, tool)
+                    res, err = run_one(b, a, key, b.cmd(tool, net, policy, steps, warmup), b.fallbacks)
                     if res is None:
                         errors[key] = err
                         print(f"round {r + 1}: {net} {policy} {tool}: FAILED {err}", file=sys.stderr)
@@ -72,7 +97,7 @@ def rates(runs, key):
     return [r["images_per_sec"] for r in runs.get(key, [])]
 
 
-def print_speed(runs, errors, nets, policies, tools, targets):
+def print_speed(runs, errors, fallbacks, nets, policies, tools, targets):
     peers = [t for t in tools if t != "mpx"]
     print("\n## images/s: median of the rounds (min-max)\n")
     print("| net | policy | batch | " + " | ".join(tools) + " | mpx / best peer | target | met |")
@@ -82,8 +107,8 @@ def print_speed(runs, errors, nets, policies, tools, targets):
         for policy in policies:
             med = {t: statistics.median(rates(runs, (net, policy, t))) for t in tools if rates(runs, (net, policy, t))}
             batch = next((r["batch_size"] for t in tools for r in runs.get((net, policy, t), [])), "-")
-            cells = [fmt_rate(rates(runs, (net, policy, t))) if (net, policy, t) not in errors or
-                     rates(runs, (net, policy, t)) else "failed" for t in tools]
+            cells = [(fmt_rate(rates(runs, (net, policy, t))) + (" *" if (net, policy, t) in fallbacks else ""))
+                     if (net, policy, t) not in errors or rates(runs, (net, policy, t)) else "failed" for t in tools]
             best = max(((med[p], p) for p in peers if p in med), default=None)
             ratio = f"{med['mpx'] / best[0]:.2f}x ({best[1]})" if best and "mpx" in med else "-"
             shown = []
@@ -107,6 +132,8 @@ def print_speed(runs, errors, nets, policies, tools, targets):
         v = next((x["version"] for k, rs in runs.items() if k[2] == t for x in rs), None)
         if v:
             print(f"- {t}: {v}")
+    for key, (what, err) in sorted(fallbacks.items()):
+        print(f"- * {' '.join(key)}: {what}; with its default kernels it failed: {err.splitlines()[0][:300]}")
     for key, err in sorted(errors.items()):
         print(f"- {' '.join(key)}: {err}")
     return verdicts
@@ -195,7 +222,7 @@ def print_memory(runs, nets, policies, memory):
                   f"{at_bw:.2f} | {step:.2f} | {at_bw / step:.0%} |")
 
 
-def print_paths(runs, probes, nets, policies, tools):
+def print_paths(runs, probes, fallbacks, nets, policies, tools):
     model, flags = probe.cpu_description()
     print(f"\n## CPU path\n\n- CPU: {model}; flags: {' '.join(flags) or 'none of ' + ', '.join(probe.FLAGS_OF_INTEREST)}")
     for net in nets:
@@ -214,7 +241,9 @@ def print_paths(runs, probes, nets, policies, tools):
                 rr = runs.get((net, policy, t))
                 if rr and rr[0].get("cpu_capability"):
                     extra = f"; ATen CPU capability {rr[0]['cpu_capability']}"
-                if p:
+                if (net, policy, t) in fallbacks:
+                    print(f"- {t} {net} {policy}: {fallbacks[(net, policy, t)][0]}: no oneDNN kernels")
+                elif p:
                     ks = "; ".join(p["kernels"]) or "no oneDNN convolution/inner product/matmul executed"
                     print(f"- {t} {net} {policy}: {p['version'] or 'oneDNN version not printed'}; "
                           f"ISA {p['isa'] or '?'}{extra}; oneDNN kernels: {ks}")
@@ -259,11 +288,12 @@ def run_all(b, a, net_table, peers_table, targets):
         for net in nets:
             for policy in policies:
                 for peer in b.peers:
-                    probes[(net, policy, peer)] = b.onednn_probe(peer, net, policy)
-    verdicts = print_speed(runs, errors, nets, policies, tools, targets)
+                    if (net, policy, peer) not in b.fallbacks:  # those ran without oneDNN
+                        probes[(net, policy, peer)] = b.onednn_probe(peer, net, policy)
+    verdicts = print_speed(runs, errors, b.fallbacks, nets, policies, tools, targets)
     print_conv(runs, nets, policies, tools, lambda n: os.path.join(b.root, net_table[n][0]), gemm)
     print_memory(runs, nets, policies, memory)
-    print_paths(runs, probes, nets, policies, tools)
+    print_paths(runs, probes, b.fallbacks, nets, policies, tools)
     end = uptime()
     print(f"\n- after: {end}")
     if a.json:
@@ -271,6 +301,8 @@ def run_all(b, a, net_table, peers_table, targets):
             json.dump({"uptime_before": start, "uptime_after": end, "threads": a.threads, "rounds": a.rounds,
                        "gemm": gemm, "memory": memory, "runs": {" ".join(k): v for k, v in runs.items()},
                        "errors": {" ".join(k): v for k, v in errors.items()},
+                       "fallbacks": {" ".join(k): {"ran_with": w, "failed_with_default": e}
+                                     for k, (w, e) in b.fallbacks.items()},
                        "probes": {" ".join(k): v for k, v in probes.items()},
                        "targets": [{"net": n, "policy": p, "target": t, "met": m, "ratio": g}
                                    for n, p, t, m, g in verdicts]}, f, indent=1)
