@@ -31,6 +31,27 @@ inline bool few_channel_shape(const Geo& g) {
          g.R * g.S * g.C <= 64 && g.P > 0 && g.Q > 0;
 }
 
+/// A few-channel weight gradient's float64 sums of `threads` threads, added in thread order:
+/// dw[k * J + j] (KRSC, J = R*S*C taps) = sum over u of accd(u)[j * K + k], for the elements
+/// [e0, e1) of dw; and, when db is not null, db[k] = sum over u of dbd(u)[k] for every k.
+/// accd(u) and dbd(u) return thread u's sums ([J][K] and [K] doubles).
+template <class Accd, class Dbd>
+void add_thread_sums(int64_t J, int64_t K, int threads, Accd accd, Dbd dbd, int64_t e0, int64_t e1, float* dw,
+                     float* db) {
+  for (int64_t e = e0; e < e1; ++e) {
+    const int64_t k = e / J, j = e % J;
+    double sum = 0.0;
+    for (int u = 0; u < threads; ++u) sum += accd(u)[j * K + k];
+    dw[e] = static_cast<float>(sum);
+  }
+  if (db)
+    for (int64_t k = 0; k < K; ++k) {
+      double sum = 0.0;
+      for (int u = 0; u < threads; ++u) sum += dbd(u)[k];
+      db[k] = static_cast<float>(sum);
+    }
+}
+
 void conv_forward_loops(const Geo& g, const float* x, const float* w, const float* b, float* y);
 void conv_backward_data_loops(const Geo& g, const float* dy, const float* w, float* dx);
 void conv_backward_filter_loops(const Geo& g, const float* x, const float* dy, float* dw, float* db);

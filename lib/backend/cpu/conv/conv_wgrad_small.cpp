@@ -81,20 +81,14 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
     std::fill(dbd, dbd + g.K, 0.0);
     run(a, rows * t / nt, rows * (t + 1) / nt);
 #pragma omp barrier
-    // dw[k][j] (KRSC: j = (r*S + s)*C + c) = the threads' accd[j][k] added in thread order.
+    // dw[k][j] (KRSC: j = (r*S + s)*C + c) = the threads' accd[j][k] added in thread order, each
+    // thread a slice of dw; db by thread 0.
     auto sums = [&](int u) { return reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db); };
-    for (int64_t e = J * g.K * t / nt; e < J * g.K * (t + 1) / nt; ++e) {
-      const int64_t k = e / J, j = e % J;
-      double sum = 0.0;
-      for (int u = 0; u < nt; ++u) sum += sums(u)[j * g.K + k];
-      dw[e] = static_cast<float>(sum);
-    }
-    if (db && t == 0)
-      for (int64_t k = 0; k < g.K; ++k) {
-        double sum = 0.0;
-        for (int u = 0; u < nt; ++u) sum += reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db + l.accd)[k];
-        db[k] = static_cast<float>(sum);
-      }
+    auto db_sums = [&](int u) {
+      return reinterpret_cast<const double*>(scratch + l.per * u + l.acc + l.db + l.accd);
+    };
+    conv_detail::add_thread_sums(J, g.K, nt, sums, db_sums, J * g.K * t / nt, J * g.K * (t + 1) / nt, dw,
+                                 t == 0 ? db : nullptr);
   }
 }
 

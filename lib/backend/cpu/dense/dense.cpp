@@ -123,8 +123,8 @@ const DenseChoice& choice(Context& ctx, DenseOp op, DenseQuery q) {
              const char* name = op == kDenseFwd       ? "inner product forward"
                                 : op == kDenseBwdData ? "inner product backward data"
                                 : op == kDenseBwdBoth ? "inner product backward weights and data"
-                                : op == kDenseBwdConv ? "inner product backward weights and data with the convolution's "
-                                                        "weight gradient"
+                                : op == kDenseBwdConv ? "inner product backward weights and data with the "
+                                                        "convolution's weight gradient"
                                                       : "inner product backward weights";
              ctx.note_kernel(dense_what(name, q.N, q.Ci, q.Co), c->choice.name);
            }
@@ -266,17 +266,17 @@ bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
                          const Tensor& conv_db) {
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   const conv_detail::Geo g = conv_detail::geometry(p, conv_x.shape, conv_dw.shape);
-  if (N == 0 || !conv_detail::few_channel_shape(g) || conv_x.dtype != x.dtype || w.dtype != DType::F32)
-    return false;
+  if (N == 0 || !conv_detail::few_channel_shape(g)) return false;
   const DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);
   if (choice(ctx, kDenseBwdConv, q).kernel != DenseKernel::FewOutputs) return false;
   const float* dyf = f32_in(ctx, kSlotDY, dy);
+  const float* wf = f32_in(ctx, kSlotW, w);
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
   float* cdw = f32_out(ctx, kSlotTmp1, conv_dw);
   float* cdb = conv_db.empty() ? nullptr : f32_out(ctx, kSlotDX, conv_db);
   double* scratch = ctx.scratch_f64(kSlotTmp0, dense_few_conv_scratch(g, omp_get_max_threads()));
-  dense_few_backward_conv(N, Ci, Co, x.data, x.dtype, dyf, w.as<const float>(), dwf, dbf, g, conv_x.data, cdw, cdb,
+  dense_few_backward_conv(N, Ci, Co, x.data, x.dtype, dyf, wf, dwf, dbf, g, conv_x.data, cdw, cdb,
                           scratch);
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);

@@ -123,18 +123,9 @@ void dense_few_backward_conv(int64_t N, int64_t Ci, int64_t Co, const void* x, D
     build(xt).backward(b, i0, i1);
   });
   // conv_dw[k][j] (KRSC) and conv_db[k]: the threads' float64 sums added in thread order.
-  for (int64_t k = 0; k < g.K; ++k) {
-    for (int64_t j = 0; j < J; ++j) {
-      double sum = 0.0;
-      for (int t = 0; t < threads; ++t) sum += scratch[per * t + j * g.K + k];
-      conv_dw[k * J + j] = static_cast<float>(sum);
-    }
-    if (conv_db) {
-      double sum = 0.0;
-      for (int t = 0; t < threads; ++t) sum += scratch[per * t + J * g.K + k];
-      conv_db[k] = static_cast<float>(sum);
-    }
-  }
+  conv_detail::add_thread_sums(
+      J, g.K, threads, [&](int u) { return scratch + per * u; }, [&](int u) { return scratch + per * u + J * g.K; },
+      0, J * g.K, conv_dw, conv_db);
   if (db) bias_gradient(N, Co, dy, db);
 }
 
