@@ -148,6 +148,7 @@ TEST_CASE("the convolution chooser's answer, asked without running the op, is th
       cpu::ConvQuery q;
       q.pass = pass, q.p = p, q.g = cpu::conv_detail::geometry(p, xs, ws), q.in = t, q.out = t;
       q.act = pass == ConvPass::Forward ? Activation::Relu : Activation::None;
+      q.w_bf16 = pass == ConvPass::Forward && t == DType::BF16;  // the op's weights are of dtype t
       const cpu::ConvChoice c = cpu::choose_conv(q);
       INFO("chosen: " << c.name << " (" << c.why << ")");
       CHECK_FALSE(c.name.empty());
@@ -195,7 +196,7 @@ TEST_CASE("a first layer with GELU and its pre-activation kept (the fast CIFAR r
   const Activation gelu{ActKind::Gelu, 0.0f};
   cpu::ConvQuery q;
   q.pass = ConvPass::Forward, q.p = p, q.g = cpu::conv_detail::geometry(p, xs, ws), q.in = t, q.out = t;
-  q.act = gelu, q.keep_pre = true;
+  q.act = gelu, q.keep_pre = true, q.w_bf16 = t == DType::BF16;
   const cpu::ConvChoice c = cpu::choose_conv(q);
   INFO("chosen: " << c.name << " (" << c.why << ")");
   check_switches(c.kernel, ConvPass::Forward, q.g);

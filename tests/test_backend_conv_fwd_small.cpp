@@ -8,7 +8,8 @@
 // NaN through relu. Through the backend: the kernel it names, for 16-bit outputs and, with
 // AVX-512, for float32 ones but several channels with 32 filters. With another activation or a
 // kept pre-activation (and 24 filters), the kernel's per-row epilogue against the backend's
-// separate pass over the same float32 sums, bit for bit.
+// separate pass over the same float32 sums, bit for bit. On bfloat16 dot products (bfloat16
+// weights, a CPU with AVX512-BF16): the FMA loop's bits, subnormal sums flushed to zero.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -40,7 +41,7 @@ using support::ConvCase;
 /// float32 values; x given as float32 values of dtype t.
 std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& w,
                        const std::vector<float>& b, Activation act, DType t, int threads,
-                       std::vector<float>* pre = nullptr) {
+                       std::vector<float>* pre = nullptr, bool w_bf16 = false) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const size_t ny = static_cast<size_t>(g.N * g.P * g.Q * g.K);
   const support::OmpThreads th(threads);
@@ -54,7 +55,7 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
     const std::vector<uint16_t> x16 = support::to16(x, t);
     std::vector<uint16_t> y16(ny, 0xFFFF), pre16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
     cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), act, pre ? pre16.data() : nullptr, y16.data(), t,
-                        scratch.data());
+                        scratch.data(), w_bf16);
     convert(y16.data(), t, y.data(), DType::F32, ny);
     if (pre) convert(pre16.data(), t, pre->data(), DType::F32, ny);
   }
@@ -62,8 +63,14 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
 }
 
 std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>& x, const std::vector<float>& w,
-                       const std::vector<float>& b, bool relu, DType t, int threads) {
-  return run(g, x, w, b, relu ? Activation{ActKind::Relu, 0.0f} : Activation::None, t, threads);
+                       const std::vector<float>& b, bool relu, DType t, int threads, bool w_bf16 = false) {
+  return run(g, x, w, b, relu ? Activation{ActKind::Relu, 0.0f} : Activation::None, t, threads, nullptr, w_bf16);
+}
+
+/// v rounded to bfloat16, each value.
+std::vector<float> to_bf16_values(std::vector<float> v) {
+  for (float& f : v) f = round_to(DType::BF16, f);
+  return v;
 }
 
 /// f rounded to t as the kernel rounds its output: where the CPU's VCVTNEPS2BF16 rounds
@@ -138,6 +145,58 @@ TEST_CASE("few-channel forward convolution: within its float32 summation bound o
         }
 }
 
+TEST_CASE("few-channel forward convolution on bfloat16 dot products: with bfloat16 weights, the float32 FMA loop's "
+          "sums in its order, rounded once, bit for bit",
+          "[backend][cpu][conv]") {
+  // vdpbf16ps adds a pair's odd element first, and the pairs hold the earlier tap there; each
+  // product is exact, so the sums are the FMA loop's (checked against float64 above). Every
+  // shape of the shared cases (an odd tap count leaves a lone tap), relu or none, an epilogue
+  // with a kept pre-activation and 24 filters, 1 to 3 threads.
+  const bool dots = cpu::fwd_small_dots(DType::BF16, true);
+  if (!dots)
+    WARN("no bfloat16 dot products here (kernel ISA " << cpu::conv_fwd_small_isa() << "): both runs take the FMA loop");
+  std::vector<ConvCase> cases = support::few_channel_cases();
+  cases.push_back({"2x2 valid, C=3, K=24 (the whitening layer's shape)", 3, 9, 8, 3, 24, 2, 2, 0, 0, 0, 0});
+  const Activation relu{ActKind::Relu, 0.0f}, gelu{ActKind::Gelu, 0.0f};
+  for (const ConvCase& c : cases)
+    for (Activation act : {Activation::None, relu, gelu})
+      DYNAMIC_SECTION(c.name << " " << (act.is_none() ? "none" : activation_name(act.kind))) {
+        auto k = case_data(c, DType::BF16, static_cast<uint64_t>(c.N * 389 + c.H * 13 + c.C * 3 + c.K));
+        const std::vector<float> wb = to_bf16_values(k.w), bb = to_bf16_values(k.b);
+        const bool keep_pre = act.kind == ActKind::Gelu;
+        for (int threads : {1, 2, 3}) {
+          INFO(threads << " threads");
+          std::vector<float> pre_fma, pre_dots;
+          const std::vector<float> fma =
+              run(k.g, k.x, wb, bb, act, DType::BF16, threads, keep_pre ? &pre_fma : nullptr);
+          const std::vector<float> y =
+              run(k.g, k.x, wb, bb, act, DType::BF16, threads, keep_pre ? &pre_dots : nullptr, true);
+          support::check_exact("y on dot products against the FMA loop", y, fma);
+          if (keep_pre) support::check_exact("pre on dot products against the FMA loop", pre_dots, pre_fma);
+        }
+      }
+  SECTION("a NaN input reaches only the outputs that read it, and relu keeps it") {
+    const ConvCase c{"3x3 valid, C=1, K=32", 1, 6, 7, 1, 32, 3, 3, 0, 0, 0, 0};
+    const ref::ConvDims d = ref::conv_dims(c.params(), c.N, c.H, c.W, c.C, c.K);
+    const cpu::conv_detail::Geo g = support::stride1_geo(c, d);
+    Rng rng(29);
+    std::vector<float> x = support::uniform_values(rng, c.N * c.H * c.W, DType::BF16);
+    x[static_cast<size_t>(c.W - 1)] = std::numeric_limits<float>::quiet_NaN();  // row 0, last column
+    const std::vector<float> w = to_bf16_values(support::uniform_values(rng, c.K * 9, DType::F32));
+    const std::vector<float> b(static_cast<size_t>(c.K), -10.0f);
+    const std::vector<float> y = run(g, x, w, b, true, DType::BF16, 2, true);
+    for (int64_t px = 0; px < d.P * d.Q; ++px)
+      for (int64_t kk = 0; kk < c.K; ++kk) {
+        const float v = y[static_cast<size_t>(px * c.K + kk)];
+        INFO("pixel " << px << ", filter " << kk << ": " << v);
+        if (px == d.Q - 1)  // the one output whose taps cover row 0's last column
+          CHECK(std::isnan(v));
+        else
+          CHECK(v == 0.0f);
+      }
+  }
+}
+
 TEST_CASE("few-channel forward convolution: relu keeps NaN, and a NaN input reaches only the outputs that read it",
           "[backend][cpu][conv]") {
   const DType t = GENERATE(DType::F32, DType::BF16);
@@ -183,6 +242,16 @@ TEST_CASE("few-channel forward convolution: a float32 subnormal output is a zero
     REQUIRE(std::memcmp(&y[i], &want, sizeof want) == 0);  // the sign of a zero too
   }
   if (!native) CHECK(round_to(DType::BF16, std::ldexp(1.0f, -130)) != 0.0f);
+  // On bfloat16 dot products (bfloat16 weights; these are) vdpbf16ps flushes the subnormal sum
+  // itself: a zero, whose sign the next pair's +0 product may turn positive.
+  const std::vector<float> yd = run(g, x, w, b, false, DType::BF16, 2, true);
+  for (size_t i = 0; i < yd.size(); ++i) {
+    INFO("dot products: y[" << i << "] " << yd[i]);
+    if (cpu::fwd_small_dots(DType::BF16, true))
+      REQUIRE(yd[i] == 0.0f);
+    else
+      REQUIRE(std::memcmp(&yd[i], &y[i], sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("the backend's first-layer forward runs the few-channel kernel where its rule says",

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
 #include "backend/cpu/native16.h"
 #include "core/half.h"
 #include "core/rng.h"
@@ -347,9 +348,14 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
     WARN("not run: bfloat16 here is " << text);
     return;
   }
+  const bool dots =
+      text.find("few-channel forward on bfloat16 dot products for one input channel") != std::string::npos;
+  CHECK(dots == cpu::fwd_small_dots(DType::BF16, true));
   // Per pass and shape, the kernel the rule takes (docs/precision.md): the CIFAR net's
   // Winograd layer (whole tiles, 64 -> 128) and a 16x16 128 -> 128 layer stay widened in all
-  // three passes; the first layers' forward passes, a strided layer's forward and
+  // three passes; a one-channel first layer's forward runs mpx's few-channel kernel where it
+  // has bfloat16 dot products (the path's text says so); other first layers' forward passes,
+  // a strided layer's forward and
   // backward-data, and Winograd layers' forward and backward-data under 8x8 outputs
   // (Winograd's tiles a quarter empty), over outputs that are not whole tiles, or with few
   // channels (C K / (C + K) <= 32) run oneDNN's bf16 kernels, and so do a 1x1 layer's three
@@ -363,7 +369,7 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
   };
   const Case cases[] = {{"cifar conv2 (Winograd)", 2, 32, 32, 64, 128, 3, 1, 1, false, false, false},
                         {"cifar conv1 (3 channels)", 2, 32, 32, 3, 64, 3, 1, 1, true, true, false},
-                        {"mnist conv (1 channel, valid)", 2, 28, 28, 1, 32, 3, 1, 0, true, true, false},
+                        {"mnist conv (1 channel, valid)", 2, 28, 28, 1, 32, 3, 1, 0, !dots, true, false},
                         {"3x3 stride 2, 16 -> 32", 2, 16, 16, 16, 32, 3, 2, 1, true, true, false},
                         {"fast CIFAR 7x7, 64 -> 64 (Winograd's weight gradient)", 2, 7, 7, 64, 64, 3, 1, 1, true,
                          true, false},
@@ -397,6 +403,14 @@ TEST_CASE("bfloat16 per shape (AVX512-BF16 without AMX): the rule's choice for t
       };
       e.be->conv2d_forward(p, x, w, Tensor(), y, Activation::Relu);
       CHECK(ran_native("convolution forward") == c.fwd);
+      if (dots && c.C == 1) {  // the few-channel kernel, and its name says it multiplies bfloat16 pairs
+        bool named = false;
+        for (const KernelChoice& k : e.be->kernels())
+          named = named || (k.op.rfind("convolution forward for", 0) == 0 &&
+                            k.impl.rfind("mpx:few-channels", 0) == 0 &&
+                            k.impl.find("bfloat16 dot products (vdpbf16ps)") != std::string::npos);
+        CHECK(named);
+      }
       e.be->conv2d_backward_data(p, dy, w, dx);
       CHECK(ran_native("convolution backward data") == c.bwd_data);
       e.be->conv2d_backward_filter(p, x, dy, dw, Tensor());

@@ -116,9 +116,10 @@ Path16 decide(DType t) {
   // the families' choosers say which (docs/precision.md, "16-bit arithmetic on the CPU").
   if (!fast && bf && mode() == Mode::Auto)
     return {true,
-            "native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening (convolutions "
-            "forward and backward-data outside Winograd's full tiles with many channels, 1x1 weight gradients and "
-            "3x3 ones with few channels, dense forward), widened elsewhere",
+            std::string("native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening "
+                        "(convolutions forward and backward-data outside Winograd's full tiles with many channels, "
+                        "1x1 weight gradients and 3x3 ones with few channels, dense forward), widened elsewhere") +
+                (own_bf16_math() ? "; mpx's few-channel forward on bfloat16 dot products for one input channel" : ""),
             true};
   if (!fast && mode() == Mode::Auto)
     return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "

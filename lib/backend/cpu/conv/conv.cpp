@@ -175,7 +175,7 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
   q.configured = ctx.winograd;
   PlanKey k = conv_key(kConvChoice, q.p, q.g, static_cast<int64_t>(q.pass));
   k << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.out) << act_key(q.act) << (q.keep_pre ? 1 : 0)
-    << (q.native_refused ? 1 : 0);
+    << (q.native_refused ? 1 : 0) << (q.w_bf16 ? 1 : 0);
   return ctx.plan<ChoicePlan>(k, [&] {
            // Owned until returned: the chooser throws on a bad switch value (exit 2).
            auto c = std::make_unique<ChoicePlan>();
@@ -212,7 +212,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
                     const Tensor& y, Activation act, const Tensor& pre) {
   const Geo g = geometry(p, x.shape, w.shape);
   ConvQuery q = query(ConvPass::Forward, p, g, x.dtype, y.dtype);
-  q.act = act, q.keep_pre = !pre.empty();
+  q.act = act, q.keep_pre = !pre.empty(), q.w_bf16 = w.dtype == DType::BF16;
   const ConvChoice* c = &choice(ctx, q);
   if (conv_native_forward(ctx, p, x, w, bias, y, act, pre, c->kernel == ConvKernel::Native16)) return;
   if (c->kernel == ConvKernel::Native16) {
@@ -237,7 +237,8 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_scratch(g, omp_get_max_threads()));
     MPX_CHECK(pre.empty() || pre.dtype == y.dtype);
-    conv_fwd_small(g, x.data, wf, bf, act, pre.empty() ? nullptr : pre.data, y.data, x.dtype, scratch);
+    conv_fwd_small(g, x.data, wf, bf, act, pre.empty() ? nullptr : pre.data, y.data, x.dtype, scratch,
+                   w.dtype == DType::BF16);
     return;
   }
   const float* xf = f32_in(ctx, kSlotX, x);

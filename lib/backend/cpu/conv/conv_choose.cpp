@@ -112,6 +112,11 @@ bool wants_native16(const ConvQuery& q, std::string* why) {
     return false;
   }
   if (path.per_shape && !native16_wins(q)) return false;
+  // One input channel: mpx's few-channel forward on bfloat16 dot products beat oneDNN's
+  // avx512_core_bf16 kernel (docs/cpu-performance.md, "The first layer's forward pass").
+  if (path.per_shape && q.pass == ConvPass::Forward && q.g.C == 1 && fwd_small_dots(q.in, q.w_bf16) &&
+      few_channel_forward(q))
+    return false;
   if (path.amx_own) {
     // With AMX: one input channel runs oneDNN's avx512_core_bf16 forward, which mpx's
     // few-channel forward beats, and an AMX weight gradient slower than mpx's bfloat16 dot
@@ -187,7 +192,8 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
   // forced Winograd (cpu.winograd on or f2) takes a float32 layer first.
   if (few_channel_forward(q) && m == 0 && needs_epilogue(q))
     return pick(ConvKernel::FewChannels,
-                fmt::format("mpx:few-channels {}, {}{} per output row in cache", conv_fwd_small_isa(),
+                fmt::format("mpx:few-channels {}, {}{}{} per output row in cache", conv_fwd_small_isa(),
+                            fwd_small_dots(q.in, q.w_bf16) ? "bfloat16 dot products (vdpbf16ps), " : "",
                             q.act.is_none() ? "no activation"
                             : q.act.kind == ActKind::Scale ? "scale"
                                                            : activation_name(q.act.kind),
@@ -197,7 +203,8 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
   if (few_channel_forward(q) && m == 0)
     return is_16bit(q.out)
                ? pick(ConvKernel::FewChannels,
-                      fmt::format("mpx:few-channels {}, {} rounded once {}", conv_fwd_small_isa(),
+                      fmt::format("mpx:few-channels {}, {}{} rounded once {}", conv_fwd_small_isa(),
+                                  fwd_small_dots(q.in, q.w_bf16) ? "bfloat16 dot products (vdpbf16ps), " : "",
                                   dtype_name(q.in),
                                   q.out != DType::BF16            ? "per row"
                                   : own_bf16_math() ? "in registers (vcvtneps2bf16)"

@@ -36,6 +36,7 @@ struct ConvQuery {
   DType in = DType::F32, out = DType::F32;
   Activation act = Activation::None;  // forward only
   bool keep_pre = false;              // forward only: the pre-activation is kept
+  bool w_bf16 = false;                // forward only: w is a bfloat16 tensor (fwd_small_dots)
   WinogradMode configured = WinogradMode::Auto;  // the config's cpu.winograd
   /// The native kernel was asked for and oneDNN has only its reference kernel (or none) for
   /// this op and shape: the op then asks again with this set, and the op is widened.

@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -29,9 +30,10 @@ constexpr int kRegs = 16;
 
 namespace {
 
-// In floats: the filters [tap][K] and the bias once; per thread xrows and yrow.
+// In floats: the filters [tap][K] (or, for bfloat16 dot products, [pair][K] in the same room)
+// and the bias once; per thread xrows, yrow and the inputs' pairs.
 struct Layout {
-  int64_t wt, b, xrows, yrow, per;
+  int64_t wt, b, xrows, yrow, xpairs, per;
 };
 
 Layout layout(const conv_detail::Geo& g) {
@@ -41,8 +43,15 @@ Layout layout(const conv_detail::Geo& g) {
   l.b = whole_lines(Kp);
   l.xrows = whole_lines(g.R * fwd_small_columns(g) * g.C);
   l.yrow = whole_lines(g.Q * Kp);
-  l.per = l.xrows + l.yrow;
+  l.xpairs = whole_lines(fwd_small_pairs(g) * g.Q);
+  l.per = l.xrows + l.yrow + l.xpairs;
   return l;
+}
+
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
 }
 
 }  // namespace
@@ -61,15 +70,30 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_fwd_small_isa() { return winograd_isa(); }
 
+bool fwd_small_dots(DType io, bool w_bf16) { return io == DType::BF16 && w_bf16 && own_bf16_math(); }
+
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
-                    void* pre, void* y, DType io, float* scratch) {
+                    void* pre, void* y, DType io, float* scratch, bool w_bf16) {
   const Layout l = layout(g);
   static auto* const by_cpu = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
-  auto* const run = io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run : by_cpu;
+  const bool dots = fwd_small_dots(io, w_bf16);
+  auto* const run = dots                                     ? fsmall_avx512bf16::run_dots
+                    : io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run
+                                                             : by_cpu;
   const int64_t J = g.R * g.S * g.C, rows = g.N * g.P, Kp = fwd_small_filters(g);
   float* wt = scratch;  // wt[j][k] = w[k][j], zeros for the filters past K
-  for (int64_t k = 0; k < Kp; ++k)
-    for (int64_t j = 0; j < J; ++j) wt[j * Kp + k] = k < g.K ? w[k * J + j] : 0.0f;
+  auto* wp = reinterpret_cast<uint32_t*>(scratch);  // or wp[i][k]: w[k][2i], w[k][2i + 1] paired
+  if (dots) {
+    for (int64_t i = 0; i < (J + 1) / 2; ++i)
+      for (int64_t k = 0; k < Kp; ++k) {
+        const bool real = k < g.K, second = 2 * i + 1 < J;
+        wp[i * Kp + k] = fwd_small_pair(real ? bf16_bits(w[k * J + 2 * i]) : 0,
+                                        real && second ? bf16_bits(w[k * J + 2 * i + 1]) : 0);
+      }
+  } else {
+    for (int64_t k = 0; k < Kp; ++k)
+      for (int64_t j = 0; j < J; ++j) wt[j * Kp + k] = k < g.K ? w[k * J + j] : 0.0f;
+  }
   float* bias = scratch + l.wt;
   for (int64_t k = 0; k < Kp; ++k) bias[k] = b && k < g.K ? b[k] : 0.0f;
   const bool relu = act.kind == ActKind::Relu && !pre;
@@ -79,7 +103,8 @@ void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, co
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     float* base = scratch + l.wt + l.b + l.per * t;
-    const FwdSmallArgs a{&g, x, wt, bias, relu, y, io, base, base + l.xrows, epilogue, act, pre};
+    const FwdSmallArgs a{&g,  x,   wt, bias, relu, y, io, base, base + l.xrows, epilogue, act, pre,
+                         wp, reinterpret_cast<uint32_t*>(base + l.xrows + l.yrow)};
     run(a, rows * t / nt, rows * (t + 1) / nt);
   }
 }

@@ -6,7 +6,8 @@
 // pre-activation applied to each output row in cache ("The first layer's epilogue"). Each
 // thread takes whole output rows: their input rows widened into a buffer with the padding as
 // zeros, and the sums for a run of pixels and a block of filters held in vector registers over
-// all taps.
+// all taps. With bfloat16 x, y and weights and the CPU's bfloat16 dot products the taps are
+// multiplied two at a time (VDPBF16PS), the same sums in the same order.
 #pragma once
 
 #include <cstddef>
@@ -40,9 +41,16 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads);
 /// y = act(conv(x, w) + b): x and y hold `io` elements (F32, BF16 or F16), w (KRSC) and b
 /// (K values) float32. Relu (or none) without pre is applied in registers; any other
 /// activation, or a kept pre-activation (pre, not null: `io` elements, z rounded once), goes
-/// through activation_epilogue_span on each output row while it is in cache.
+/// through activation_epilogue_span on each output row while it is in cache. `w_bf16`: every
+/// value of w is a bfloat16 value (the layer's weights are a bfloat16 tensor); with bfloat16 x
+/// and y on a CPU with bfloat16 dot products (fwd_small_dots) the taps are then multiplied in
+/// pairs by vdpbf16ps, the same sums in the same order as the float32 FMAs.
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
-                    void* pre, void* y, DType io, float* scratch);
+                    void* pre, void* y, DType io, float* scratch, bool w_bf16 = false);
+
+/// Whether conv_fwd_small multiplies in bfloat16 pairs: bfloat16 x, y and w, and the CPU's
+/// bfloat16 dot products allowed (own_bf16_math()).
+bool fwd_small_dots(DType io, bool w_bf16);
 
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* conv_fwd_small_isa();
@@ -62,13 +70,33 @@ struct FwdSmallArgs {
   bool epilogue = false;
   Activation act;
   void* pre = nullptr;
+  // The bfloat16 dot-product loop (fsmall_avx512bf16::run_dots): wp[i][k] holds filter k's taps
+  // 2i and 2i+1 as one bfloat16 pair, xpairs the thread's [pair][column] buffer of the row's
+  // inputs, paired the same way.
+  const uint32_t* wp = nullptr;
+  uint32_t* xpairs = nullptr;
 };
 namespace fsmall_base { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
 namespace fsmall_avx2 { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
 namespace fsmall_avx512 { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
 /// The AVX-512 build compiled for AVX512-BF16: bfloat16 rounded by VCVTNEPS2BF16 (a float32
 /// subnormal becomes a zero of its sign).
-namespace fsmall_avx512bf16 { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
+namespace fsmall_avx512bf16 {
+void run(const FwdSmallArgs& a, int64_t row0, int64_t row1);
+/// bfloat16 x, y and w: the taps multiplied two at a time by vdpbf16ps.
+void run_dots(const FwdSmallArgs& a, int64_t row0, int64_t row1);
+}  // namespace fsmall_avx512bf16
+
+/// A bfloat16 pair of taps as vdpbf16ps adds it, the first tap's product first: the first tap
+/// in the upper half (the instruction's odd element, added first), the second in the lower. A
+/// lone last tap pairs with an input of -0 and a weight of +0: their product, -0, leaves every
+/// sum as it is (a sum of -0 too).
+inline uint32_t fwd_small_pair(uint16_t first, uint16_t second) {
+  return static_cast<uint32_t>(first) << 16 | second;
+}
+
+/// Pairs of taps: (J + 1) / 2 for J = R * S * C taps.
+inline int64_t fwd_small_pairs(const conv_detail::Geo& g) { return (g.R * g.S * g.C + 1) / 2; }
 
 /// Columns of one widened input row in the thread's buffer: those the output row reads.
 inline int64_t fwd_small_columns(const conv_detail::Geo& g) { return g.Q + g.S - 1; }
