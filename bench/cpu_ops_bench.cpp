@@ -13,7 +13,8 @@
 // with mpx's loops by running it again under MPX_CPU_REFERENCE=1.
 // --seed times each convolution and dense pass of the seed CIFAR net
 // (configs/cifar10_fp32.yaml) and of the seed MNIST net (Conv2D(32, 3x3, relu) ->
-// Flatten -> Dense(10), batch 256) in float32 and bfloat16, and prints for each the
+// Flatten -> Dense(10), batch 256) and the smoke net's dense layer (5408 -> 10, batch 128)
+// in float32 and bfloat16, and prints for each the
 // median wall time and the mean process CPU time per call and the kernel that ran (the backend's
 // kernels list). Run it under MPX_CPU_16BIT=widen and =native to compare the two 16-bit
 // paths op by op (docs/precision.md, "16-bit arithmetic on the CPU"). --more does the same
@@ -191,6 +192,7 @@ void seed_nets(int reps) {
     seed_dense("mnist dense 21632->10", t, 256, 21632, 10, Activation::None, 2 * reps, t);
     if (t != DType::F32)  // the seed net's float32 classifier after a 16-bit convolution
       seed_dense("mnist dense 21632->10, x 16-bit", DType::F32, 256, 21632, 10, Activation::None, 2 * reps, t);
+    seed_dense("smoke dense 5408->10 b128", t, 128, 5408, 10, Activation::None, 4 * reps, t);
   }
 }
 

@@ -263,6 +263,63 @@ DensePasses run_dense_passes(support::CpuDev& d, Rng& rng, DType t, int64_t N, i
   return r;
 }
 
+TEST_CASE("few-output dense loops on bfloat16 dot products: with bfloat16 weights and gradients, the FMA loops' "
+          "sums in their order, bit for bit",
+          "[backend][cpu][dense]") {
+  // vdpbf16ps adds a pair's upper element first, and the pairs hold the earlier column (forward:
+  // columns i + l and i + 16 + l), output (backward-data) or row (weight gradient) there; each
+  // product is exact, so every sum is the FMA loops' (checked against float64 above). Inputs
+  // that leave a last single vector of 16 and a tail, odd outputs and odd batches (a lone last
+  // output or row), relu's mask, 1 to 3 threads.
+  const bool fwd = cpu::dense_few_dots_forward(DType::BF16, DType::BF16, 32);
+  const bool bwd = cpu::dense_few_dots_backward_data(DType::BF16, DType::BF16, DType::BF16);
+  const bool wgt = cpu::dense_few_dots_backward_weights(DType::BF16, DType::BF16);
+  CHECK(fwd == bwd);
+  CHECK(bwd == wgt);
+  if (!fwd) WARN("no bfloat16 dot products here (" << cpu::dense_few_isa() << "): both runs take the FMA loops");
+  CHECK_FALSE(cpu::dense_few_dots_forward(DType::BF16, DType::BF16, 31));  // no whole pair of vectors
+  CHECK_FALSE(cpu::dense_few_dots_forward(DType::BF16, DType::F32, 64));   // float32 weights
+  const Shape3 shapes[] = {{5, 37, 10}, {4, 64, 16}, {3, 48, 1}, {7, 130, 11}, {1, 32, 3}, {6, 300, 6}, {9, 5408, 10}};
+  for (const Shape3& s : shapes)
+    DYNAMIC_SECTION("N " << s.N << ", " << s.Ci << " -> " << s.Co) {
+      Rng rng(static_cast<uint64_t>(s.N * 17 + s.Ci * 3 + s.Co));
+      const DType t = DType::BF16;
+      const std::vector<float> x = support::uniform_values(rng, s.N * s.Ci, t);
+      const std::vector<float> w = support::uniform_values(rng, s.Co * s.Ci, t);
+      const std::vector<float> b = support::uniform_values(rng, s.Co);
+      const std::vector<float> dy = support::uniform_values(rng, s.N * s.Co, t);
+      std::vector<float> relu_out = support::uniform_values(rng, s.N * s.Ci, t);
+      for (float& v : relu_out) v = std::max(v, 0.0f);  // a relu's output: zeros and positives
+      const std::vector<uint16_t> x16 = support::to16(x, t), w16 = support::to16(w, t), dy16 = support::to16(dy, t);
+      const std::vector<uint16_t> r16 = support::to16(relu_out, t);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::vector<uint32_t> pairs(static_cast<size_t>(
+          std::max(cpu::dense_few_pair_words(s.Co, s.Ci), cpu::dense_few_dy_pair_words(s.N, s.Co))));
+      const cpu::DenseFewBf16 b16{w16.data(), dy16.data(), pairs.data()};
+      for (int threads : {1, 2, 3}) {
+        INFO(threads << " threads");
+        const support::OmpThreads th(threads);
+        std::vector<float> y(static_cast<size_t>(s.N * s.Co), nan), yd = y;
+        cpu::dense_few_forward(s.N, s.Ci, s.Co, x16.data(), t, w.data(), b.data(), y.data());
+        cpu::dense_few_forward(s.N, s.Ci, s.Co, x16.data(), t, w.data(), b.data(), yd.data(), b16);
+        support::check_exact("y on dot products against the FMA loops", yd, y);
+        for (const void* relu : {static_cast<const void*>(nullptr), static_cast<const void*>(r16.data())}) {
+          std::vector<uint16_t> dx(static_cast<size_t>(s.N * s.Ci), 0xFFFF), dxd = dx;
+          cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dx.data(), t, relu);
+          cpu::dense_few_backward_data(s.N, s.Ci, s.Co, dy.data(), w.data(), dxd.data(), t, relu, b16);
+          INFO((relu ? "with" : "without") << " relu's mask");
+          CHECK(dxd == dx);
+        }
+        std::vector<float> dw(static_cast<size_t>(s.Co * s.Ci), nan), dwd = dw, db(static_cast<size_t>(s.Co), nan),
+            dbd = db;
+        cpu::dense_few_backward_weights(s.N, s.Ci, s.Co, x16.data(), t, dy.data(), dw.data(), db.data());
+        cpu::dense_few_backward_weights(s.N, s.Ci, s.Co, x16.data(), t, dy.data(), dwd.data(), dbd.data(), b16);
+        support::check_exact("dw on dot products against the FMA loops", dwd, dw);
+        support::check_exact("db", dbd, db);
+      }
+    }
+}
+
 TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; short float32 and wide layers stay "
           "on oneDNN",
           "[backend][cpu][dense]") {
@@ -284,6 +341,12 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; s
     CHECK(named == 0);
   else if (!native)
     CHECK(named == 3);  // forward, backward data, weight gradient
+  int dots = 0;  // the loops that name bfloat16 dot products: all three where the CPU has them
+  for (const KernelChoice& k : d.be->kernels())
+    if (k.impl.rfind("mpx:few-outputs", 0) == 0 &&
+        k.impl.find("bfloat16 dot products (vdpbf16ps)") != std::string::npos)
+      ++dots;
+  CHECK(dots == (named == 3 && t == DType::BF16 && cpu::dense_few_dots_forward(t, t, Ci) ? 3 : 0));
 }
 
 TEST_CASE("a float32 dense layer with few outputs and a long input runs mpx's loops forward and backward-data",

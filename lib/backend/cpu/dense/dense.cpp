@@ -141,6 +141,15 @@ DenseQuery query(DensePass pass, int64_t N, int64_t Ci, int64_t Co, DType in, DT
 
 }  // namespace
 
+namespace {
+
+/// Room for `words` 32-bit words of the few-output loops' bfloat16 pairs (DenseFewBf16).
+uint32_t* pair_room(Context& ctx, int64_t words) {
+  return reinterpret_cast<uint32_t*>(ctx.scratch(kSlotTmp0, static_cast<size_t>(words)));
+}
+
+}  // namespace
+
 void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                    Activation act, const Tensor& pre) {
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
@@ -157,7 +166,12 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
   const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
   float* yf = f32_out(ctx, kSlotY, y);
   if (c->kernel == DenseKernel::FewOutputs) {
-    dense_few_forward(N, Ci, Co, x.data, x.dtype, wf, bf, yf);
+    DenseFewBf16 b16;
+    if (dense_few_dots_forward(x.dtype, w.dtype, Ci)) {
+      b16.w16 = static_cast<const uint16_t*>(w.data);
+      b16.pairs = pair_room(ctx, dense_few_pair_words(Co, Ci));
+    }
+    dense_few_forward(N, Ci, Co, x.data, x.dtype, wf, bf, yf, b16);
     activation_epilogue(act, yf, y, pre);
     return;
   }
@@ -195,7 +209,13 @@ void backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor
   const float* dyf = f32_in(ctx, kSlotDY, dy);
   const float* wf = f32_in(ctx, kSlotW, w);
   if (c->kernel == DenseKernel::FewOutputs) {
-    dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype, relu_out ? relu_out->data : nullptr);
+    DenseFewBf16 b16;
+    if (dense_few_dots_backward_data(dy.dtype, w.dtype, dx.dtype)) {
+      b16.w16 = static_cast<const uint16_t*>(w.data);
+      b16.dy16 = static_cast<const uint16_t*>(dy.data);
+      b16.pairs = pair_room(ctx, dense_few_pair_words(Co, Ci));
+    }
+    dense_few_backward_data(N, Ci, Co, dyf, wf, dx.data, dx.dtype, relu_out ? relu_out->data : nullptr, b16);
     return;
   }
   float* dxf = f32_out(ctx, kSlotDX, dx);
@@ -234,7 +254,12 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   float* dwf = f32_out(ctx, kSlotDW, dw);
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
   if (c->kernel == DenseKernel::FewOutputs) {
-    dense_few_backward_weights(N, Ci, Co, x.data, x.dtype, dyf, dwf, dbf);
+    DenseFewBf16 b16;
+    if (dense_few_dots_backward_weights(x.dtype, dy.dtype)) {
+      b16.dy16 = static_cast<const uint16_t*>(dy.data);
+      b16.pairs = pair_room(ctx, dense_few_dy_pair_words(N, Co));
+    }
+    dense_few_backward_weights(N, Ci, Co, x.data, x.dtype, dyf, dwf, dbf, b16);
   } else if (c->kernel == DenseKernel::Reference) {
     dense_backward_weights_loops(N, Ci, Co, f32_in(ctx, kSlotX, x), dyf, dwf, dbf);
   } else {

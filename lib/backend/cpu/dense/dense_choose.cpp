@@ -14,6 +14,14 @@ namespace mpx::cpu {
 
 namespace {
 
+/// Whether the few-output loops multiply on bfloat16 dot products (dense_few.h): forward, x
+/// and w (q.big, q.in) bfloat16; backward-data, dy and dx, with w the layer's dtype, dy's.
+bool dense_dots(const DenseQuery& q) {
+  if (q.pass == DensePass::Forward) return dense_few_dots_forward(q.big, q.in, q.Ci);
+  if (q.pass == DensePass::BackwardWeights) return dense_few_dots_backward_weights(q.big, q.in);
+  return q.pass == DensePass::BackwardData && dense_few_dots_backward_data(q.in, q.in, q.big);
+}
+
 /// Where the dtype's path is native for some shapes only (native16.h, Path16::per_shape;
 /// bfloat16 on AVX512-BF16 without AMX): whether oneDNN's native kernel beats the widened
 /// path for this pass and shape. Measured (docs/precision.md, "16-bit arithmetic on the
@@ -71,10 +79,11 @@ DenseChoice choose_dense(const DenseQuery& q) {
   const char* big = q.pass == DensePass::BackwardData ? "dx" : "x";
   if (dense_few_enabled() && q.Co <= kDenseFewMaxOut && !reference_loops() && (is_16bit(q.big) || few_f32_wins(q)))
     return pick(DenseKernel::FewOutputs,
-                fmt::format("mpx:few-outputs {}, {} {} in registers{}", dense_few_isa(), dtype_name(q.big), big,
+                fmt::format("mpx:few-outputs {}, {} {} in registers{}{}", dense_few_isa(), dtype_name(q.big), big,
                             q.pass == DensePass::BackwardData && q.big == DType::BF16 && own_bf16_math()
                                 ? " (vcvtneps2bf16)"
-                                : ""),
+                                : "",
+                            dense_dots(q) ? ", bfloat16 dot products (vdpbf16ps)" : ""),
                 is_16bit(q.big)
                     ? fmt::format("at most {} outputs and a 16-bit {}: mpx's loops convert it in registers",
                                   kDenseFewMaxOut, big)

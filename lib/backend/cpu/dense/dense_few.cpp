@@ -63,15 +63,47 @@ void split(int64_t n, int64_t unit, F&& f) {
 
 const char* dense_few_isa() { return winograd_isa(); }
 
+bool dense_few_dots_forward(DType xt, DType wt, int64_t Ci) {
+  return xt == DType::BF16 && wt == DType::BF16 && Ci >= 32 && own_bf16_math();
+}
+
+bool dense_few_dots_backward_weights(DType xt, DType dyt) {
+  return xt == DType::BF16 && dyt == DType::BF16 && own_bf16_math();
+}
+
+bool dense_few_dots_backward_data(DType dyt, DType wt, DType dxt) {
+  return dyt == DType::BF16 && wt == DType::BF16 && dxt == DType::BF16 && own_bf16_math();
+}
+
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
-                       float* y) {
+                       float* y, const DenseFewBf16& bf16) {
   DenseFewArgs a{N, Ci, Co, x, xt, w, b, nullptr, y, nullptr, nullptr, nullptr};
+  if (bf16.w16 && bf16.pairs && dense_few_dots_forward(xt, DType::BF16, Ci)) {
+    // wq[o][b * 16 + l] = (w[o][32 b + l], w[o][32 b + 16 + l]), the first in the upper half
+    const int64_t blocks = Ci / 32;
+    for (int64_t o = 0; o < Co; ++o)
+      for (int64_t k = 0; k < blocks; ++k)
+        for (int64_t l = 0; l < 16; ++l) {
+          const uint16_t* wr = bf16.w16 + o * Ci + 32 * k;
+          bf16.pairs[(o * blocks + k) * 16 + l] = static_cast<uint32_t>(wr[l]) << 16 | wr[16 + l];
+        }
+    a.wq = bf16.pairs;
+  }
   split(N, 1, [&](int64_t n0, int64_t n1, int) { build(xt).forward(a, n0, n1); });
 }
 
 void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx,
-                             DType dxt, const void* relu_out) {
+                             DType dxt, const void* relu_out, const DenseFewBf16& bf16) {
   DenseFewArgs a{N, Ci, Co, nullptr, dxt, w, nullptr, dy, nullptr, nullptr, dx, relu_out};
+  if (bf16.w16 && bf16.dy16 && bf16.pairs && dense_few_dots_backward_data(DType::BF16, DType::BF16, dxt)) {
+    // wd[o / 2][i] = (w[o][i], w[o + 1][i]), the first in the upper half, +0 past the last output
+    for (int64_t o = 0; o < Co; o += 2)
+      for (int64_t i = 0; i < Ci; ++i)
+        bf16.pairs[o / 2 * Ci + i] =
+            static_cast<uint32_t>(bf16.w16[o * Ci + i]) << 16 | (o + 1 < Co ? bf16.w16[(o + 1) * Ci + i] : 0u);
+    a.wd = bf16.pairs;
+    a.dy16 = bf16.dy16;
+  }
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(dxt).backward_data(a, i0, i1); });  // whole column blocks
 }
 
@@ -89,8 +121,16 @@ void bias_gradient(int64_t N, int64_t Co, const float* dy, float* db) {
 }  // namespace
 
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
-                                float* dw, float* db) {
+                                float* dw, float* db, const DenseFewBf16& bf16) {
   DenseFewArgs a{N, Ci, Co, x, xt, nullptr, nullptr, dy, nullptr, dw, nullptr, nullptr};
+  if (bf16.dy16 && bf16.pairs && dense_few_dots_backward_weights(xt, DType::BF16)) {
+    // dyp[m][o] = (dy[2m][o], dy[2m + 1][o]), the first in the upper half, -0 past the last row
+    for (int64_t n = 0; n < N; n += 2)
+      for (int64_t o = 0; o < Co; ++o)
+        bf16.pairs[n / 2 * Co + o] =
+            static_cast<uint32_t>(bf16.dy16[n * Co + o]) << 16 | (n + 1 < N ? bf16.dy16[(n + 1) * Co + o] : 0x8000u);
+    a.dyp = bf16.pairs;
+  }
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(xt).backward_weights(a, i0, i1); });  // whole column blocks
   if (db) bias_gradient(N, Co, dy, db);
 }

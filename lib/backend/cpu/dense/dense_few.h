@@ -5,9 +5,11 @@
 // stored) instead of oneDNN's float32 inner product between a widening pass and a rounding
 // pass; and a float32 one with a long input, whose forward and backward-data they do in one
 // pass over it (docs/cpu-performance.md, "Dense layers with few outputs"). The small
-// operands (w, b, y, dy, dw, db) are float32. Each row's forward and backward-data result
-// depends only on that row, and the weight gradient's columns are each summed over the rows
-// in order by one thread, so no result depends on the batch's size or the thread count.
+// operands (w, b, y, dy, dw, db) are float32; a bfloat16 layer's w and dy come as bfloat16 too
+// (DenseFewBf16), for the loops' bfloat16 dot products where the CPU has them. Each row's
+// forward and backward-data result depends only on that row, and the weight gradient's
+// columns are each summed over the rows in order by one thread, so no result depends on the
+// batch's size or the thread count.
 #pragma once
 
 #include <cstdint>
@@ -22,16 +24,43 @@ constexpr int64_t kDenseFewMaxOut = 16;
 
 // MPX_DENSE_FEW: dense_few_enabled() (switches.h); where they run: dense_choose.h.
 
-/// y [N, Co] = x [N, Ci] (dtype xt) w^T + b (b may be null).
+/// The layer's bfloat16 operands for the loops' bfloat16 dot products (VDPBF16PS): w16 the
+/// weights [Co, Ci] (and for the backward-data pass dy16, dy [N, Co]) as bfloat16, the very
+/// values of the float32 w (and dy) the call gets; `pairs` room for dense_few_pair_words(Co, Ci)
+/// 32-bit words. The taps are paired so that the instruction adds them in the FMA loops' order:
+/// the same bits (docs/cpu-performance.md, "Dense layers with few outputs").
+struct DenseFewBf16 {
+  const uint16_t* w16 = nullptr;
+  const uint16_t* dy16 = nullptr;
+  uint32_t* pairs = nullptr;
+};
+/// 32-bit words of DenseFewBf16::pairs for a layer of Co outputs and Ci inputs.
+inline int64_t dense_few_pair_words(int64_t Co, int64_t Ci) { return (Co + 1) / 2 * Ci; }
+/// Whether the forward pass (x of dtype xt, w of dtype wt) multiplies on bfloat16 dot products:
+/// both bfloat16, 32 inputs or more, and the CPU's allowed (own_bf16_math()).
+bool dense_few_dots_forward(DType xt, DType wt, int64_t Ci);
+/// Whether the backward-data pass (dy, w and dx of dtypes dyt, wt, dxt) does: all bfloat16.
+bool dense_few_dots_backward_data(DType dyt, DType wt, DType dxt);
+/// Whether the weight gradient (x and dy of dtypes xt, dyt) does: both bfloat16.
+bool dense_few_dots_backward_weights(DType xt, DType dyt);
+/// 32-bit words of DenseFewBf16::pairs for the weight gradient's pairs of dy's rows.
+inline int64_t dense_few_dy_pair_words(int64_t N, int64_t Co) { return (N + 1) / 2 * Co; }
+
+/// y [N, Co] = x [N, Ci] (dtype xt) w^T + b (b may be null); on bfloat16 dot products where
+/// dense_few_dots_forward(xt, BF16, Ci) and bf16 gives the weights.
 void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* w, const float* b,
-                       float* y);
+                       float* y, const DenseFewBf16& bf16 = {});
 /// dx [N, Ci] (dtype dxt, rounded once) = dy [N, Co] w; with relu_out (a relu's output, dx's
-/// shape and dtype) 0 wherever relu_out is not > 0, the relu's backward done in registers.
+/// shape and dtype) 0 wherever relu_out is not > 0, the relu's backward done in registers. On
+/// bfloat16 dot products where dense_few_dots_backward_data(BF16, BF16, dxt) and bf16 gives w
+/// and dy.
 void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy, const float* w, void* dx, DType dxt,
-                             const void* relu_out = nullptr);
-/// dw [Co, Ci] = dy^T x (x of dtype xt); db [Co] = dy's column sums (when not null).
+                             const void* relu_out = nullptr, const DenseFewBf16& bf16 = {});
+/// dw [Co, Ci] = dy^T x (x of dtype xt); db [Co] = dy's column sums (when not null). On
+/// bfloat16 dot products where dense_few_dots_backward_weights(xt, BF16) and bf16 gives dy (dy16)
+/// and room for dense_few_dy_pair_words(N, Co) words.
 void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x, DType xt, const float* dy,
-                                float* dw, float* db);
+                                float* dw, float* db, const DenseFewBf16& bf16 = {});
 
 /// The most outputs dense_few_backward takes (its dx sums hold every output's product per row).
 constexpr int64_t kDenseFewFuseMaxOut = 10;
@@ -82,6 +111,16 @@ struct DenseFewArgs {
   // Where dx's element (n, i) is: dx + (n - dx_n0) * ldx + (i - dx_i0), ldx 0 meaning Ci (the
   // whole tensor); dense_few_backward_conv points them at the thread's block buffer.
   int64_t ldx = 0, dx_n0 = 0, dx_i0 = 0;
+  // bfloat16 dot products (the AVX512-BF16 build; null elsewhere). Forward: wq[o][i / 2 + l]
+  // for each whole 32 columns from i holds w[o][i + l] (upper half) and w[o][i + 16 + l], rows
+  // of Ci / 32 * 16 words. Backward-data: wd[o / 2][i] holds w[o][i] (upper) and w[o + 1][i]
+  // (+0 past the last output), and dy16 is dy as bfloat16.
+  const uint32_t* wq = nullptr;
+  const uint32_t* wd = nullptr;
+  const uint16_t* dy16 = nullptr;
+  // Weight gradient: dyp[m][o] holds dy[2m][o] (upper half) and dy[2m + 1][o] (-0 past the
+  // last row).
+  const uint32_t* dyp = nullptr;
 };
 #define MPX_DENSE_FEW_DECL(ns)                                                 \
   namespace ns {                                                               \
