@@ -4,8 +4,9 @@
 // within the bound of their float32 sums (and one rounding of a 16-bit dx): 1 to 16 outputs
 // (partial register blocks), input lengths that leave vector tails, odd batches, 1 to 3
 // threads. In 16 bits each pass equals the float32 loops on the widened values (dx rounded
-// once), bit for bit; rows do not depend on the batch they are in. Through the backend: the
-// kernel it names, only for 16-bit operands.
+// once), bit for bit; rows do not depend on the batch they are in. On bfloat16 dot products
+// (bfloat16 w and dy, AVX512-BF16) each pass equals the FMA loops, bit for bit. Through the
+// backend: the kernel it names, only for 16-bit operands.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
