@@ -13,6 +13,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/conv/conv_choose.h"
+#include "backend/cpu/conv/conv_fwd_small.h"
+#include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/dense/dense_choose.h"
 #include "backend/cpu/dense/dense_few.h"
 #include "backend/cpu/native16.h"
@@ -180,7 +182,13 @@ TEST_CASE("the convolution chooser's answer, asked without running the op, is th
                        c.kernel == ConvKernel::WgradAmx;
       check_recorded(*d.be, op, conv_shapes(N, l), t, c.kernel == ConvKernel::Native16, own,
                      c.kernel == ConvKernel::Reference, c.name);
-      check_math16(*d.be, t, c.kernel == ConvKernel::Native16 || c.kernel == ConvKernel::WgradAmx);  // bf16 products
+      // 16-bit products count as native math: oneDNN's native kernels, mpx's AMX weight gradient
+      // and its few-channel kernels on bfloat16 dot products
+      const bool dots = c.kernel == ConvKernel::FewChannels &&
+                        (pass == ConvPass::Forward          ? cpu::fwd_small_dots(t, t == DType::BF16)
+                         : pass == ConvPass::BackwardFilter ? cpu::conv_wgrad_small_dots(t)
+                                                            : false);
+      check_math16(*d.be, t, c.kernel == ConvKernel::Native16 || c.kernel == ConvKernel::WgradAmx || dots);
     }
   }
 }
@@ -309,7 +317,12 @@ TEST_CASE("the dense chooser's answer, asked without running the op, is the kern
           CHECK_FALSE(mpx_kernel(plain->impl));
         }
       }
-      check_math16(*d.be, t, c.kernel == DenseKernel::Native16);
+      // mpx's loops on bfloat16 dot products count as native 16-bit math
+      const bool dots = c.kernel == DenseKernel::FewOutputs &&
+                        (pass == DensePass::Forward        ? cpu::dense_few_dots_forward(t, t, l.Ci)
+                         : pass == DensePass::BackwardData ? cpu::dense_few_dots_backward_data(t, t, t)
+                                                           : cpu::dense_few_dots_backward_weights(t, t));
+      check_math16(*d.be, t, c.kernel == DenseKernel::Native16 || dots);
     }
   }
 }

@@ -278,8 +278,7 @@ TEST_CASE("the backend's first-layer forward runs the few-channel kernel where i
   bool named = false;
   for (const KernelChoice& k : d.be->kernels())
     named = named || (k.op.rfind("convolution forward", 0) == 0 && k.impl.rfind("mpx:few-channels", 0) == 0);
-  bool native = false;  // an op on oneDNN's native 16-bit kernels: the path that runs them here
-  for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+  const bool native = support::onednn_native16_ran(d.be->kernels());  // the path that runs them here
   const char* mode = std::getenv("MPX_CONV_FORWARD");
   const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
   INFO(dtype_name(t) << ", " << C << " channels, " << K << " filters, kernel ISA " << cpu::conv_fwd_small_isa());

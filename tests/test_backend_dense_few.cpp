@@ -334,8 +334,7 @@ TEST_CASE("the backend's 16-bit dense layer with few outputs runs mpx's loops; s
   int named = 0;
   for (const KernelChoice& k : d.be->kernels())
     if (k.op.rfind("inner product", 0) == 0 && k.impl.rfind("mpx:few-outputs", 0) == 0) ++named;
-  bool native = false;  // an op on oneDNN's native 16-bit kernels: the path that runs them here
-  for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+  const bool native = support::onednn_native16_ran(d.be->kernels());  // the path that runs them here
   const char* mode = std::getenv("MPX_DENSE_FEW");
   const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
   if (t == DType::F32 || Co > cpu::kDenseFewMaxOut || off)
@@ -493,8 +492,7 @@ TEST_CASE("dense_relu_backward_data: the same bits as dense_backward_data then r
         if (k.op.rfind("inner product backward data", 0) == 0) impl = k.impl;
       const char* mode = std::getenv("MPX_DENSE_FEW");
       const bool off = (mode && std::string(mode) == "onednn") || std::getenv("MPX_CPU_REFERENCE");
-      bool native = false;
-      for (const Math16Report& m : d.be->math16()) native = native || m.native_ops > 0;
+      const bool native = support::onednn_native16_ran(d.be->kernels());
       INFO("backward data ran " << impl);
       if (Co > cpu::kDenseFewMaxOut || off) CHECK(impl.rfind("mpx:few-outputs", 0) != 0);
       if (Co <= cpu::kDenseFewMaxOut && !off && !native && (cs.t != DType::F32 || cs.tx != DType::F32 || Ci >= 8192))

@@ -216,19 +216,20 @@ TEST_CASE("bench and devices say which 16-bit path ran; MPX_CPU_16BIT=widen forc
   const json m = json::parse(r.out).at("math16");
   REQUIRE(m.size() == 1);
   CHECK(m[0].at("dtype") == "bfloat16");
-  // With AMX the first layer's forward and weight gradient (synthetic data: one channel) are
-  // mpx's few-channel kernels; per shape with bfloat16 dot products, the first layer's forward.
-  const bool one_channel_own =
-      native && bf16.find("few-channel forward and weight gradient for one input channel") != std::string::npos;
+  // Per shape with bfloat16 dot products, the first layer's forward and weight gradient
+  // (synthetic data: one channel) are mpx's few-channel kernels on them, which count as native
+  // 16-bit math like oneDNN's native kernels (as they do with AMX, where the path is native);
+  // the strided layer's weight gradient stays widened.
   const bool one_channel_dots =
-      per_shape && bf16.find("few-channel forward on bfloat16 dot products for one input channel") != std::string::npos;
-  CHECK(m[0].at("path") == (native && !one_channel_own ? "native" : native || per_shape ? "mixed" : "widened"));
-  CHECK(m[0].at("detail").get<std::string>().rfind(bf16, 0) == 0);
+      per_shape &&
+      bf16.find("bfloat16 dot products in its few-channel forward for one input channel") != std::string::npos;
   // Both convolutions' forward and weight gradient, the second one's data gradient; the
   // float32 output layer is not a 16-bit op.
+  const int want_native = native ? 5 : one_channel_dots ? 4 : per_shape ? 3 : 0;
   CHECK(m[0].at("native_ops").get<int>() + m[0].at("widened_ops").get<int>() == 5);
-  CHECK(m[0].at("native_ops").get<int>() ==
-        (one_channel_own ? 3 : native ? 5 : one_channel_dots ? 2 : per_shape ? 3 : 0));
+  CHECK(m[0].at("native_ops").get<int>() == want_native);
+  CHECK(m[0].at("path") == (want_native == 5 ? "native" : want_native == 0 ? "widened" : "mixed"));
+  CHECK(m[0].at("detail").get<std::string>().rfind(bf16, 0) == 0);
   const Run text = run_mpx("bench --config c.yaml --set policy=mixed_bfloat16 --steps 1 --warmup 0", t.path);
   REQUIRE(text.code == 0);
   CHECK(text.out.find("16-bit path  bfloat16: " + bf16) != std::string::npos);

@@ -115,6 +115,17 @@ inline void check_close(const std::string& what, const std::vector<float>& got, 
   REQUIRE(rel <= eps);
 }
 
+/// Whether an op ran on oneDNN's native 16-bit kernels: the kernels list names them with their
+/// dtype after the op (`convolution forward bfloat16 for ...`), widened ones as "widened ...".
+/// (The math16 report counts mpx's own kernels on the CPU's 16-bit products as native too.)
+inline bool onednn_native16_ran(const std::vector<mpx::KernelChoice>& kernels) {
+  for (const mpx::KernelChoice& k : kernels)
+    if ((k.op.find(" bfloat16 for ") != std::string::npos || k.op.find(" float16 for ") != std::string::npos) &&
+        k.impl.rfind("widened", 0) != 0)
+      return true;
+  return false;
+}
+
 /// Bit for bit (a NaN matches any NaN).
 inline void check_exact(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());

@@ -119,7 +119,9 @@ Path16 decide(DType t) {
             std::string("native bf16 per shape (avx512_core_bf16): oneDNN's kernels where they beat widening "
                         "(convolutions forward and backward-data outside Winograd's full tiles with many channels, "
                         "1x1 weight gradients and 3x3 ones with few channels, dense forward), widened elsewhere") +
-                (own_bf16_math() ? "; mpx's few-channel forward on bfloat16 dot products for one input channel" : ""),
+                (own_bf16_math() ? "; mpx's bfloat16 dot products in its few-channel forward for one input channel, "
+                                   "its few-channel weight gradient and its few-output dense loops"
+                                 : ""),
             true};
   if (!fast && mode() == Mode::Auto)
     return {false, fmt::format("widened to float32 (oneDNN's native {} kernels without {} are slower than widening; "
@@ -187,9 +189,9 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
 
 bool is_reference_impl(const std::string& impl) { return impl.rfind("ref", 0) == 0 || impl.find(":ref") != std::string::npos; }
 
-bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted) {
+bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted, bool own16) {
   if (t == DType::F32) return false;
-  if (!wanted) ctx.note_math16(t, key, false);
+  if (!wanted) ctx.note_math16(t, key, own16);
   return wanted;
 }
 

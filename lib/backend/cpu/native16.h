@@ -108,8 +108,11 @@ P* make_native(Context& ctx, const std::string& what, Build&& build) {
 }
 
 /// Whether op `key` of dtype t takes the native path: `wanted`, the family's chooser's answer
-/// (conv_choose.h, dense_choose.h); records a 16-bit op as widened otherwise.
-bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted);
+/// (conv_choose.h, dense_choose.h). Otherwise records a 16-bit op as widened, or, with
+/// `own16`, as native 16-bit math: mpx's own kernel runs it on the CPU's 16-bit products
+/// (bfloat16 dot products, AMX tiles), 16-bit operands and float32 sums as on oneDNN's native
+/// kernels.
+bool wants_native(Context& ctx, DType t, const PlanKey& key, bool wanted, bool own16 = false);
 
 /// Records whether the native plan of op `key` is usable (math16 counts) and returns it.
 template <typename P>

@@ -214,7 +214,9 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   ConvQuery q = query(ConvPass::Forward, p, g, x.dtype, y.dtype);
   q.act = act, q.keep_pre = !pre.empty(), q.w_bf16 = w.dtype == DType::BF16;
   const ConvChoice* c = &choice(ctx, q);
-  if (conv_native_forward(ctx, p, x, w, bias, y, act, pre, c->kernel == ConvKernel::Native16)) return;
+  // mpx's few-channel forward on bfloat16 dot products counts as native 16-bit math (wants_native)
+  const bool own16 = c->kernel == ConvKernel::FewChannels && fwd_small_dots(x.dtype, q.w_bf16);
+  if (conv_native_forward(ctx, p, x, w, bias, y, act, pre, c->kernel == ConvKernel::Native16, own16)) return;
   if (c->kernel == ConvKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, q);
@@ -292,7 +294,10 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   const Geo g = geometry(p, x.shape, dw.shape);
   ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, dy.dtype);
   const ConvChoice* c = &choice(ctx, q);
-  if (conv_native_backward_filter(ctx, p, x, dy, dw, db, c->kernel == ConvKernel::Native16)) return;
+  // mpx's AMX kernel and the few-channel kernel's bfloat16 dot products count as native 16-bit math
+  const bool own16 = c->kernel == ConvKernel::WgradAmx ||
+                     (c->kernel == ConvKernel::FewChannels && q.in == q.out && conv_wgrad_small_dots(x.dtype));
+  if (conv_native_backward_filter(ctx, p, x, dy, dw, db, c->kernel == ConvKernel::Native16, own16)) return;
   if (c->kernel == ConvKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, q);
@@ -303,7 +308,6 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
     float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
     conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
   } else if (c->kernel == ConvKernel::WgradAmx) {
-    conv_native_backward_filter_own(ctx, p, x, dw, db);  // bfloat16 products: counted as native math
     const int threads = omp_get_max_threads();
     const AmxSplit split = conv_wgrad_amx_split(g);
     float* scratch = ctx.scratch(kSlotTmp0, (conv_wgrad_amx_scratch_bytes(g, threads, split) + 3) / 4);

@@ -66,7 +66,7 @@ Activation conv_post_op(Activation act, const Tensor& pre) {
 }
 
 bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                         const Tensor& y, Activation act, const Tensor& pre, bool wanted) {
+                         const Tensor& y, Activation act, const Tensor& pre, bool wanted, bool own16) {
   const DType t = x.dtype;
   const Geo g = geometry(p, x.shape, w.shape);
   const Activation fused = conv_post_op(act, pre);
@@ -75,7 +75,7 @@ bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, c
   const bool direct = pre.empty() && (act.is_none() || !fused.is_none());
   PlanKey key = native_key(kNativeFwd, p, g, t, (bias.empty() ? 0 : 1) | (direct ? 2 : 0));
   key << act_key(fused);
-  if (!wants_native(ctx, t, key, wanted)) return false;
+  if (!wants_native(ctx, t, key, wanted, own16)) return false;
   const std::string what = native_what("convolution forward", t, g);
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
@@ -118,11 +118,11 @@ bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor
 }
 
 bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                 const Tensor& dw, const Tensor& db, bool wanted) {
+                                 const Tensor& dw, const Tensor& db, bool wanted, bool own16) {
   const DType t = x.dtype;
   const Geo g = geometry(p, x.shape, dw.shape);
   const PlanKey key = native_key(kNativeBwdFilter, p, g, t, db.empty() ? 0 : 1);
-  if (!wants_native(ctx, t, key, wanted)) return false;
+  if (!wants_native(ctx, t, key, wanted, own16)) return false;
   const std::string what = native_what("convolution backward weights", t, g);
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
@@ -137,12 +137,6 @@ bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tens
     });
   });
   return run_native_weight_gradient(ctx, plan, t, key, x, dy, dw, db);
-}
-
-void conv_native_backward_filter_own(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dw,
-                                     const Tensor& db) {
-  const Geo g = geometry(p, x.shape, dw.shape);
-  ctx.note_math16(x.dtype, native_key(kNativeBwdFilter, p, g, x.dtype, db.empty() ? 0 : 1), true);
 }
 
 }  // namespace mpx::cpu

@@ -2,8 +2,9 @@
 // Convolutions with 16-bit operands on oneDNN's native bf16/f16 kernels (native16.h;
 // docs/precision.md, "16-bit arithmetic on the CPU"). `wanted` is the chooser's answer
 // (conv_choose.h: Native16). Each returns false, having done nothing, where the op takes
-// another kernel: not wanted (recorded as widened for a 16-bit op), or oneDNN has only a
-// reference kernel for this shape (conv.cpp then asks the chooser again).
+// another kernel: not wanted (recorded as widened for a 16-bit op, or as native 16-bit math
+// with `own16`, where mpx's kernel multiplies on the CPU's 16-bit products: wants_native), or
+// oneDNN has only a reference kernel for this shape (conv.cpp then asks the chooser again).
 #pragma once
 
 #include "backend/cpu/ops.h"
@@ -19,16 +20,10 @@ namespace mpx::cpu {
 Activation conv_post_op(Activation act, const Tensor& pre);
 
 bool conv_native_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
-                         const Tensor& y, Activation act, const Tensor& pre, bool wanted);
+                         const Tensor& y, Activation act, const Tensor& pre, bool wanted, bool own16 = false);
 bool conv_native_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                                const Tensor& dx, bool wanted);
 bool conv_native_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                                 const Tensor& dw, const Tensor& db, bool wanted);
-
-/// Records the weight gradient of this op as native 16-bit math where mpx's own kernel runs it
-/// on the CPU's 16-bit products (the AMX kernel, conv_wgrad_amx.h): bfloat16 operands and
-/// float32 sums, as on oneDNN's native kernel.
-void conv_native_backward_filter_own(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dw,
-                                     const Tensor& db);
+                                 const Tensor& dw, const Tensor& db, bool wanted, bool own16 = false);
 
 }  // namespace mpx::cpu

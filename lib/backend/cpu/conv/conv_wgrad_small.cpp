@@ -55,6 +55,8 @@ size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads) {
 
 const char* conv_wgrad_small_isa() { return winograd_isa(); }
 
+bool conv_wgrad_small_dots(DType io) { return io == DType::BF16 && own_bf16_math(); }
+
 
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch) {
@@ -65,7 +67,7 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
                       float* scratch, bool dot, bool buffered) {
   const Layout l = layout(g);
   static auto* const widened = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
-  auto* const run = dot && io == DType::BF16 && own_bf16_math() ? wsmall_avx512bf16::run : widened;
+  auto* const run = dot && conv_wgrad_small_dots(io) ? wsmall_avx512bf16::run : widened;
   const int64_t rows = g.N * g.P, J = g.R * g.S * g.C;
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)

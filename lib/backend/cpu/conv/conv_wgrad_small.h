@@ -25,6 +25,10 @@ namespace mpx::cpu {
 /// K in {16, 32, 64}, R * S * C <= 64.
 bool conv_wgrad_small_applies(const conv_detail::Geo& g);
 
+/// Whether conv_wgrad_small (dot products allowed) multiplies on bfloat16 dot products for x
+/// and dy of dtype io: bfloat16, and the CPU's allowed (own_bf16_math()).
+bool conv_wgrad_small_dots(DType io);
+
 /// Floats of scratch conv_wgrad_small needs with `threads` OpenMP threads.
 size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads);
 

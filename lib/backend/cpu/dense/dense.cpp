@@ -156,7 +156,10 @@ void dense_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
   DenseQuery q = query(DensePass::Forward, N, Ci, Co, w.dtype, x.dtype);  // w: the layer's dtype
   const DenseChoice* c = &choice(ctx, kDenseFwd, q);
   // A float32 layer's 16-bit x (the input cast folded in) is not a 16-bit op: never native.
-  if (x.dtype == w.dtype && dense_native_forward(ctx, x, w, bias, y, act, pre, c->kernel == DenseKernel::Native16))
+  // The few-output loops on bfloat16 dot products count as native 16-bit math (wants_native).
+  const bool own16 = c->kernel == DenseKernel::FewOutputs && dense_few_dots_forward(x.dtype, w.dtype, Ci);
+  if (x.dtype == w.dtype &&
+      dense_native_forward(ctx, x, w, bias, y, act, pre, c->kernel == DenseKernel::Native16, own16))
     return;
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
@@ -200,7 +203,8 @@ void backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor
   auto relu_pass = [&] {
     if (relu_out) activation_backward(ctx, Activation::Relu, *relu_out, dx, dx);
   };
-  if (dx.dtype == dy.dtype && dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16))
+  const bool own16 = c->kernel == DenseKernel::FewOutputs && dense_few_dots_backward_data(dy.dtype, w.dtype, dx.dtype);
+  if (dx.dtype == dy.dtype && dense_native_backward_data(ctx, dy, w, dx, c->kernel == DenseKernel::Native16, own16))
     return relu_pass();
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;
@@ -244,7 +248,9 @@ void dense_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, con
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   DenseQuery q = query(DensePass::BackwardWeights, N, Ci, Co, dy.dtype, x.dtype);  // dy: the layer's dtype
   const DenseChoice* c = &choice(ctx, kDenseBwdWeights, q);
-  if (x.dtype == dy.dtype && dense_native_backward_weights(ctx, x, dy, dw, db, c->kernel == DenseKernel::Native16))
+  const bool own16 = c->kernel == DenseKernel::FewOutputs && dense_few_dots_backward_weights(x.dtype, dy.dtype);
+  if (x.dtype == dy.dtype &&
+      dense_native_backward_weights(ctx, x, dy, dw, db, c->kernel == DenseKernel::Native16, own16))
     return;
   if (c->kernel == DenseKernel::Native16) {
     q.native_refused = true;

@@ -36,7 +36,7 @@ std::string dense_native_what(const char* op, DType t, int64_t N, int64_t Ci, in
 }  // namespace
 
 bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                          Activation act, const Tensor& pre, bool wanted) {
+                          Activation act, const Tensor& pre, bool wanted, bool own16) {
   const DType t = x.dtype;
   const int64_t N = x.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const Activation fused = pre.empty() && exact_post_op(act) ? act : Activation::None;
@@ -44,7 +44,7 @@ bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const 
   const bool direct = pre.empty() && (act.is_none() || !fused.is_none());
   PlanKey key = dense_native_key(kNativeFwd, t, kRows, Ci, Co, (bias.empty() ? 0 : 1) | (direct ? 2 : 0));
   key << act_key(fused);
-  if (!wants_native(ctx, t, key, wanted)) return false;
+  if (!wants_native(ctx, t, key, wanted, own16)) return false;
   RowsPlan& plan = ctx.plan<RowsPlan>(key, [&] {
     return make_native<RowsPlan>(ctx, dense_native_what("inner product forward", t, kRows, Ci, Co), [&](RowsPlan& pl) {
       const DenseDescs d = dense_descs(kRows, Ci, Co, dnnl_dtype(t), dnnl_dtype(t), direct ? dnnl_dtype(t) : dt::f32);
@@ -66,11 +66,12 @@ bool dense_native_forward(Context& ctx, const Tensor& x, const Tensor& w, const 
   return true;
 }
 
-bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx, bool wanted) {
+bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w, const Tensor& dx, bool wanted,
+                                bool own16) {
   const DType t = dy.dtype;
   const int64_t N = dx.shape[0], Co = w.shape[0], Ci = w.shape[1];
   const PlanKey key = dense_native_key(kNativeBwdData, t, kRows, Ci, Co, 0);
-  if (!wants_native(ctx, t, key, wanted)) return false;
+  if (!wants_native(ctx, t, key, wanted, own16)) return false;
   RowsPlan& plan = ctx.plan<RowsPlan>(key, [&] {
     const std::string what = dense_native_what("inner product backward data", t, kRows, Ci, Co);
     return make_native<RowsPlan>(ctx, what, [&](RowsPlan& pl) {
@@ -91,11 +92,11 @@ bool dense_native_backward_data(Context& ctx, const Tensor& dy, const Tensor& w,
 }
 
 bool dense_native_backward_weights(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                                   const Tensor& db, bool wanted) {
+                                   const Tensor& db, bool wanted, bool own16) {
   const DType t = x.dtype;
   const int64_t N = x.shape[0], Co = dw.shape[0], Ci = dw.shape[1];
   const PlanKey key = dense_native_key(kNativeBwdWeights, t, N, Ci, Co, db.empty() ? 0 : 1);
-  if (!wants_native(ctx, t, key, wanted)) return false;
+  if (!wants_native(ctx, t, key, wanted, own16)) return false;
   NativePlan& plan = ctx.plan<NativePlan>(key, [&] {
     const std::string what = dense_native_what("inner product backward weights", t, N, Ci, Co);
     return make_native<NativePlan>(ctx, what, [&](NativePlan& pl) {
