@@ -54,8 +54,9 @@ std::vector<float> run(const cpu::conv_detail::Geo& g, const std::vector<float>&
   } else {
     const std::vector<uint16_t> x16 = support::to16(x, t);
     std::vector<uint16_t> y16(ny, 0xFFFF), pre16(ny, 0xFFFF);  // 0xFFFF: a NaN in both formats
+    const std::vector<uint16_t> w16 = w_bf16 ? support::to16(w, DType::BF16) : std::vector<uint16_t>();
     cpu::conv_fwd_small(g, x16.data(), w.data(), b.data(), act, pre ? pre16.data() : nullptr, y16.data(), t,
-                        scratch.data(), w_bf16);
+                        scratch.data(), w_bf16 ? w16.data() : nullptr);
     convert(y16.data(), t, y.data(), DType::F32, ny);
     if (pre) convert(pre16.data(), t, pre->data(), DType::F32, ny);
   }

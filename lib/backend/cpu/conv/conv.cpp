@@ -240,7 +240,7 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
     float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_scratch(g, omp_get_max_threads()));
     MPX_CHECK(pre.empty() || pre.dtype == y.dtype);
     conv_fwd_small(g, x.data, wf, bf, act, pre.empty() ? nullptr : pre.data, y.data, x.dtype, scratch,
-                   w.dtype == DType::BF16);
+                   q.w_bf16 ? static_cast<const uint16_t*>(w.data) : nullptr);
     return;
   }
   const float* xf = f32_in(ctx, kSlotX, x);

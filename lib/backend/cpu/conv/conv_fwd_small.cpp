@@ -8,7 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -48,12 +47,6 @@ Layout layout(const conv_detail::Geo& g) {
   return l;
 }
 
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 }  // namespace
 
 bool conv_fwd_small_applies(const conv_detail::Geo& g) {
@@ -73,10 +66,10 @@ const char* conv_fwd_small_isa() { return winograd_isa(); }
 bool fwd_small_dots(DType io, bool w_bf16) { return io == DType::BF16 && w_bf16 && own_bf16_math(); }
 
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
-                    void* pre, void* y, DType io, float* scratch, bool w_bf16) {
+                    void* pre, void* y, DType io, float* scratch, const uint16_t* w16) {
   const Layout l = layout(g);
   static auto* const by_cpu = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
-  const bool dots = fwd_small_dots(io, w_bf16);
+  const bool dots = fwd_small_dots(io, w16 != nullptr);
   auto* const run = dots                                     ? fsmall_avx512bf16::run_dots
                     : io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run
                                                              : by_cpu;
@@ -87,8 +80,8 @@ void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, co
     for (int64_t i = 0; i < (J + 1) / 2; ++i)
       for (int64_t k = 0; k < Kp; ++k) {
         const bool real = k < g.K, second = 2 * i + 1 < J;
-        wp[i * Kp + k] = fwd_small_pair(real ? bf16_bits(w[k * J + 2 * i]) : 0,
-                                        real && second ? bf16_bits(w[k * J + 2 * i + 1]) : 0);
+        wp[i * Kp + k] =
+            bf16_pair(real ? w16[k * J + 2 * i] : uint16_t{0}, real && second ? w16[k * J + 2 * i + 1] : uint16_t{0});
       }
   } else {
     for (int64_t k = 0; k < Kp; ++k)

@@ -41,12 +41,12 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads);
 /// y = act(conv(x, w) + b): x and y hold `io` elements (F32, BF16 or F16), w (KRSC) and b
 /// (K values) float32. Relu (or none) without pre is applied in registers; any other
 /// activation, or a kept pre-activation (pre, not null: `io` elements, z rounded once), goes
-/// through activation_epilogue_span on each output row while it is in cache. `w_bf16`: every
-/// value of w is a bfloat16 value (the layer's weights are a bfloat16 tensor); with bfloat16 x
-/// and y on a CPU with bfloat16 dot products (fwd_small_dots) the taps are then multiplied in
-/// pairs by vdpbf16ps, the same sums in the same order as the float32 FMAs.
+/// through activation_epilogue_span on each output row while it is in cache. `w16`: the layer's
+/// weights as bfloat16 (KRSC), the very values of w, or null; with them and bfloat16 x and y on
+/// a CPU with bfloat16 dot products (fwd_small_dots) the taps are multiplied in pairs
+/// (bf16_pair, elem16.h) by vdpbf16ps, the same sums in the same order as the float32 FMAs.
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
-                    void* pre, void* y, DType io, float* scratch, bool w_bf16 = false);
+                    void* pre, void* y, DType io, float* scratch, const uint16_t* w16 = nullptr);
 
 /// Whether conv_fwd_small multiplies in bfloat16 pairs: bfloat16 x, y and w, and the CPU's
 /// bfloat16 dot products allowed (own_bf16_math()).
@@ -86,14 +86,6 @@ void run(const FwdSmallArgs& a, int64_t row0, int64_t row1);
 /// bfloat16 x, y and w: the taps multiplied two at a time by vdpbf16ps.
 void run_dots(const FwdSmallArgs& a, int64_t row0, int64_t row1);
 }  // namespace fsmall_avx512bf16
-
-/// A bfloat16 pair of taps as vdpbf16ps adds it, the first tap's product first: the first tap
-/// in the upper half (the instruction's odd element, added first), the second in the lower. A
-/// lone last tap pairs with an input of -0 and a weight of +0: their product, -0, leaves every
-/// sum as it is (a sum of -0 too).
-inline uint32_t fwd_small_pair(uint16_t first, uint16_t second) {
-  return static_cast<uint32_t>(first) << 16 | second;
-}
 
 /// Pairs of taps: (J + 1) / 2 for J = R * S * C taps.
 inline int64_t fwd_small_pairs(const conv_detail::Geo& g) { return (g.R * g.S * g.C + 1) / 2; }

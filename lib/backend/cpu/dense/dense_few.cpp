@@ -85,7 +85,7 @@ void dense_few_forward(int64_t N, int64_t Ci, int64_t Co, const void* x, DType x
       for (int64_t k = 0; k < blocks; ++k)
         for (int64_t l = 0; l < 16; ++l) {
           const uint16_t* wr = bf16.w16 + o * Ci + 32 * k;
-          bf16.pairs[(o * blocks + k) * 16 + l] = static_cast<uint32_t>(wr[l]) << 16 | wr[16 + l];
+          bf16.pairs[(o * blocks + k) * 16 + l] = bf16_pair(wr[l], wr[16 + l]);
         }
     a.wq = bf16.pairs;
   }
@@ -100,7 +100,7 @@ void dense_few_backward_data(int64_t N, int64_t Ci, int64_t Co, const float* dy,
     for (int64_t o = 0; o < Co; o += 2)
       for (int64_t i = 0; i < Ci; ++i)
         bf16.pairs[o / 2 * Ci + i] =
-            static_cast<uint32_t>(bf16.w16[o * Ci + i]) << 16 | (o + 1 < Co ? bf16.w16[(o + 1) * Ci + i] : 0u);
+            bf16_pair(bf16.w16[o * Ci + i], o + 1 < Co ? bf16.w16[(o + 1) * Ci + i] : uint16_t{0});
     a.wd = bf16.pairs;
     a.dy16 = bf16.dy16;
   }
@@ -128,7 +128,7 @@ void dense_few_backward_weights(int64_t N, int64_t Ci, int64_t Co, const void* x
     for (int64_t n = 0; n < N; n += 2)
       for (int64_t o = 0; o < Co; ++o)
         bf16.pairs[n / 2 * Co + o] =
-            static_cast<uint32_t>(bf16.dy16[n * Co + o]) << 16 | (n + 1 < N ? bf16.dy16[(n + 1) * Co + o] : 0x8000u);
+            bf16_pair(bf16.dy16[n * Co + o], n + 1 < N ? bf16.dy16[(n + 1) * Co + o] : uint16_t{0x8000});
     a.dyp = bf16.pairs;
   }
   split(Ci, 64, [&](int64_t i0, int64_t i1, int) { build(xt).backward_weights(a, i0, i1); });  // whole column blocks
