@@ -32,7 +32,10 @@
 // 16 and 32 rows, in float32 and bfloat16, with the caches cleared before each call
 // (docs/cpu-performance.md, "Pieces of the batch"); then its backward (the dense layer's both
 // passes, then the conv's weight gradient) the same ways, and in one walk
-// (Backend::dense_conv_backward: "The first convolution's weight gradient in the dense walk").
+// (Backend::dense_conv_backward: "The first convolution's weight gradient in the dense walk");
+// and the MNIST smoke net's max pooling backward then its first convolution's weight gradient,
+// against the two in one op (Backend::max_pool_conv_backward: "Max pooling's backward in the first
+// convolution's weight gradient").
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -294,20 +297,64 @@ void activations(int reps) {
 /// 32 rows, each piece through the conv and at once through the dense layer, as the model runs
 /// them (docs/cpu-performance.md, "Pieces of the batch"). Before each call 64 MB are written, so
 /// that every call starts with its tensors out of the cache, as in a training step.
+/// The median wall ms of reps calls of f, 64 MB written before each, so that every call starts
+/// with its tensors out of the cache, as in a training step.
+template <class F>
+double cold_median(int reps, F&& f) {
+  static std::vector<char> junk(size_t{64} << 20, 1);
+  std::vector<double> v;
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < junk.size(); i += 64) junk[i] = static_cast<char>(junk[i] + 1);
+    const double t0 = bench::now_ms(false);
+    f();
+    v.push_back(bench::now_ms(false) - t0);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// The MNIST smoke net's first convolution (relu) and 2x2 max pooling at its batch of 128: the
+/// backward as the ops one after the other (the pooling's, from the forward's window positions,
+/// then the weight gradient) and in one op (Backend::max_pool_conv_backward), caches cleared.
+void smoke_pool_conv(int reps) {
+  constexpr int64_t N = 128;
+  std::printf("MNIST smoke net conv+pool backward at batch %lld, %d reps (median ms), caches cleared before each "
+              "call\n",
+              static_cast<long long>(N), reps);
+  Conv2dParams p;
+  p.R = p.S = 3;
+  PoolParams pp;
+  pp.kind = PoolKind::Max;
+  pp.R = pp.S = pp.stride_h = pp.stride_w = 2;
+  for (DType t : {DType::F32, DType::BF16}) {
+    bench::CpuDev d;
+    Rng rng(9);
+    std::vector<float> yv;
+    Tensor x = d.rand(rng, t, Shape{N, 28, 28, 1}), y = d.rand(rng, t, Shape{N, 26, 26, 32}, &yv);
+    for (float& v : yv) v = std::max(v, 0.0f);  // a relu's output
+    d.put(y, yv);
+    Tensor py = d.make(t, Shape{N, 13, 13, 32}), am = d.make(DType::U8, py.shape);
+    Tensor pdy = d.rand(rng, t, py.shape), dy = d.make(t, y.shape);
+    Tensor dw = d.make(t, Shape{32, 3, 3, 1}), db = d.make(t, Shape{32});
+    d.be->pool_forward(pp, y, py, am);
+    const double pool = cold_median(reps, [&] { d.be->max_pool_relu_backward(pp, y, py, pdy, dy, am); });
+    const double wgrad = cold_median(reps, [&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); });
+    const double two = cold_median(reps, [&] {
+      d.be->max_pool_relu_backward(pp, y, py, pdy, dy, am);
+      d.be->conv2d_backward_filter(p, x, dy, dw, db);
+    });
+    const double one = cold_median(reps, [&] { d.be->max_pool_conv_backward(pp, y, py, pdy, dy, am, p, x, dw, db); });
+    std::printf("%-8s pooling's backward %7.3f ms, weight gradient %7.3f ms, two ops %7.3f ms, one op %7.3f ms  "
+                "two ops / one op %.2fx\n",
+                dtype_name(t), pool, wgrad, two, one, two / one);
+    std::printf("%-8s one op: %s\n", dtype_name(t),
+                kernel_of(d, "convolution backward weights with", "x [128, 28, 28, 1]").c_str());
+  }
+}
+
 void pieces(int reps) {
   constexpr int64_t N = 256;
-  std::vector<char> junk(size_t{64} << 20, 1);
-  auto median = [&](auto&& f) {
-    std::vector<double> v;
-    for (int r = 0; r < reps; ++r) {
-      for (size_t i = 0; i < junk.size(); i += 64) junk[i] = static_cast<char>(junk[i] + 1);
-      const double t0 = bench::now_ms(false);
-      f();
-      v.push_back(bench::now_ms(false) - t0);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  auto median = [&](auto&& f) { return cold_median(reps, f); };
   auto flat = [](Tensor a) {
     a.shape = Shape{a.shape[0], a.shape.numel() / a.shape[0]};
     return a;
@@ -410,6 +457,7 @@ int main(int argc, char** argv) {
   }
   if (piece) {
     pieces(reps);
+    smoke_pool_conv(4 * reps);
     return 0;
   }
   if (seed || more) {

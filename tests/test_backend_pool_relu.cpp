@@ -2,7 +2,7 @@
 // Max pooling's backward fused with the backward of the relu that produced its input
 // (Backend::max_pool_relu_backward, docs/cpu-performance.md "Max pooling after relu"):
 // the same bits as pool_backward followed by activation_backward(relu), in float32,
-// bfloat16 and float16, for the tiled kernels (AVX2 and baseline builds) and the general
+// bfloat16 and float16, for the tiled kernels (AVX-512, AVX2 and baseline builds) and the general
 // loops (overlapping and padded windows), with ties, zeros, negative windows and NaN. And the
 // same for global average pooling (Backend::global_avg_pool_relu_backward).
 #include <catch2/catch.hpp>
@@ -45,13 +45,15 @@ TEST_CASE("max_pool_relu_backward: the bits of pool_backward then relu's backwar
   const std::vector<Case> cases = {
       {4, 26, 26, 32, 2, 2, 0, "tiled 2x2/2 (the MNIST shape)"},
       {2, 7, 6, 300, 2, 2, 0, "tiled, uncovered last row/column, channels over a chunk"},
+      {3, 9, 11, 48, 2, 2, 0, "tiled, uncovered last row/column, 48 channels (whole float32 vectors only)"},
+      {2, 7, 10, 64, 3, 3, 0, "tiled 3x3/3, uncovered last row/column, 64 channels"},
       {3, 9, 9, 5, 3, 2, 0, "overlapping 3x3/2 (general loops)"},
       {2, 7, 7, 6, 2, 2, 1, "padded 2x2/2 (general loops)"},
   };
   for (const DType t : {DType::F32, DType::BF16, DType::F16})
     for (const Case& cs : cases)
       for (int base = 0; base < 2; ++base) {
-        INFO(dtype_name(t) << ", " << cs.what << (base ? ", baseline build" : ", AVX2 build"));
+        INFO(dtype_name(t) << ", " << cs.what << (base ? ", baseline build" : ", the CPU's build"));
         Baseline b(base == 1);
         support::CpuDev d;
         Rng rng(17 + static_cast<uint64_t>(cs.C));

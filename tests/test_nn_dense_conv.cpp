@@ -48,17 +48,8 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false) {
   unsetenv("MPX_CPU_FUSE");
   m.init_params(11);
   if (freeze_conv) m.set_updated_params([](const ParamInfo& p) { return p.layer != "conv"; });
-  std::vector<uint8_t> xh(static_cast<size_t>(n * kH * kW * kC));
-  for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
-  const std::vector<float> ph = support::random_vec(static_cast<size_t>(n * kClasses), 4);
-  Buffer xb = be->alloc(xh.size(), "test input"), pb = be->alloc(ph.size() * 4, "test projection");
-  const Tensor x = xb.view(DType::U8, Shape{n, kH, kW, kC}), proj = pb.view(DType::F32, Shape{n, kClasses});
-  be->upload(x, xh.data());
-  be->upload(proj, ph.data());
-  m.forward(x, true, 7, 3);
-  m.backward(proj);
   Result r;
-  r.grads = support::download_f32(*be, m.grads());
+  r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
   for (const KernelChoice& k : be->kernels())
     if (k.op.find("with the convolution's weight gradient") != std::string::npos) r.walk = k.impl;
   for (const ParamInfo& p : m.params())  // the dense layer's start in the arena: the convolution's end

@@ -138,6 +138,18 @@ class Backend {
   void max_pool_relu_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& dx, const Tensor& argmax = Tensor());
 
+  /// The backward of a max pooling (p; its input x, output y and, where the forward kept it, argmax)
+  /// whose input is the relu output of a model's first convolution (cp; its input conv_x, its weight
+  /// gradient conv_dw and bias gradient conv_db, which may be empty), where that convolution's input
+  /// gradient is not needed: max_pool_relu_backward(p, x, y, dy, dx, argmax), then
+  /// conv2d_backward_filter(cp, conv_x, dx, conv_dw, conv_db). dx is working space of x's shape and
+  /// dtype, its contents afterwards unspecified: a backend may route dy into each row of dx as the
+  /// weight gradient reads it and never store dx (docs/cpu-performance.md, "Max pooling's backward in
+  /// the first convolution's weight gradient").
+  void max_pool_conv_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp, const Tensor& conv_x,
+                              const Tensor& conv_dw, const Tensor& conv_db);
+
   // ---- the forward in pieces of the batch ------------------------------------
   /// Rows per piece in which a model should run the forward passes of the per-sample layers
   /// that feed a dense layer of `units` outputs, computing in dtype `t`, reading `features`
@@ -294,6 +306,12 @@ class Backend {
   /// calls this where it cannot.
   virtual void dense_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                                    const Tensor& db, const Tensor& dx, bool relu_input);
+  /// The base runs the pooling's backward (from argmax where it is not empty) and
+  /// conv2d_backward_filter_impl; the CPU backend does both in one walk where it can, and calls
+  /// this where it cannot.
+  virtual void max_pool_conv_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                           const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp,
+                                           const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db);
   /// The base runs dense_backward_impl and conv2d_backward_filter_impl; the CPU backend does both
   /// in one walk where it can, and calls this where it cannot.
   virtual void dense_conv_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,

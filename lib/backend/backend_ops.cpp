@@ -129,6 +129,36 @@ void Backend::max_pool_relu_backward_impl(const PoolParams& p, const Tensor& x, 
   activation_backward_impl(Activation::Relu, x, dx, dx);
 }
 
+void Backend::max_pool_conv_backward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                     const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp,
+                                     const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db) {
+  const char* op = "max_pool_conv_backward";
+  MPX_VALIDATE(p.kind == PoolKind::Max, "{}: needs max pooling, got average", op);
+  check_pool_backward(op, p, x, y, dy, dx);
+  if (!argmax.empty()) check_argmax(op, *this, p, x, y, argmax);
+  require_float(op, "conv_x", conv_x);
+  require_data(op, "conv_dw", conv_dw);
+  require_same_dtype(op, "x", x, "conv_x", conv_x);
+  require_grad_dtype(op, "conv_dw", conv_dw, conv_x.dtype);
+  check_conv_shapes(op, cp, conv_x, "conv_x", conv_dw, x, "x");
+  if (!conv_db.empty()) {
+    require_vector(op, "conv_db", conv_db, conv_dw.shape[0]);
+    require_grad_dtype(op, "conv_db", conv_db, conv_x.dtype);
+  }
+  if (x.numel() == 0) return;
+  max_pool_conv_backward_impl(p, x, y, dy, dx, argmax, cp, conv_x, conv_dw, conv_db);
+}
+
+void Backend::max_pool_conv_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                          const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp,
+                                          const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db) {
+  if (argmax.empty())
+    max_pool_relu_backward_impl(p, x, y, dy, dx);
+  else
+    max_pool_backward_argmax_impl(p, y, argmax, dy, dx, true);
+  conv2d_backward_filter_impl(cp, conv_x, dx, conv_dw, conv_db);
+}
+
 void Backend::dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx) {
   const char* op = "dense_relu_backward_data";
   require_float(op, "dy", dy);

@@ -192,9 +192,11 @@ class Layer {
   /// reshaped: a relu's output is still one after it, so the fusion may reach across it.
   virtual bool passes_relu_through() const { return false; }
 
-  // The backward of a dense layer and of the model's first convolution in one op
-  // (Backend::dense_conv_backward), decided by the Sequence where a reshape connects them
-  // (docs/cpu-performance.md, "The first convolution's weight gradient in the dense walk").
+  // The backward of a layer and of the model's first convolution in one op, decided by the Sequence
+  // where the layer follows the convolution or a reshape of it: a dense layer
+  // (Backend::dense_conv_backward; docs/cpu-performance.md, "The first convolution's weight
+  // gradient in the dense walk") or a max pooling (Backend::max_pool_conv_backward; "Max pooling's
+  // backward in the first convolution's weight gradient").
   /// As that convolution: whether its relu's gradient is the next layer's (skip_relu_backward).
   virtual bool gives_conv_weight_grads() const { return false; }
   /// Calls fn(p, x, dw, db) with the convolution's window, its input of the last forward and
@@ -202,8 +204,8 @@ class Layer {
   virtual void conv_weight_grads(
       Context& /*c*/,
       const std::function<void(const Conv2dParams&, const Tensor&, const Tensor&, const Tensor&)>& /*fn*/) {}
-  /// As that dense layer: whether it can take the convolution's weight gradients into its
-  /// backward (it computes the relu's gradient, fuse_input_relu, and is float32).
+  /// As that layer: whether it can take the convolution's weight gradients into its backward
+  /// (it computes the relu's gradient, fuse_input_relu; a dense layer also is float32).
   virtual bool takes_conv_weight_grads() const { return false; }
   /// Its backward from dy with `conv`'s weight gradients (conv.conv_weight_grads), no input
   /// gradient kept; only where takes_conv_weight_grads().
@@ -353,9 +355,10 @@ class Sequence {
   Tensor forward_in_pieces(Context& c, const PieceRun& run, const Tensor& x);
   std::vector<Step> steps_;
   std::vector<PieceRun> pieces_;  // in step order, not overlapping
-  /// Whether steps first, first + 1 and first + 2 are a convolution, a reshape and a dense layer
-  /// whose backward takes the convolution's weight gradients (Layer::backward_with_conv).
-  bool conv_backward_at(size_t first) const;
+  /// The step whose backward takes the weight gradients of step `first`, a convolution
+  /// (Layer::backward_with_conv): a max pooling right after it, or a dense layer after a reshape
+  /// of it; 0 where there is none.
+  size_t conv_grads_taker(size_t first) const;
   bool fuse_ = true;  // MPX_CPU_FUSE, read as each step is added (add_step)
   size_t first_backward_ = 0;
   Shape in_shape_, out_shape_;

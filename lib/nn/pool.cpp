@@ -73,6 +73,21 @@ class Pool : public Layer {
     return y_.at(x.shape[0]);
   }
 
+  // The first convolution's weight gradients in this layer's backward op
+  // (Backend::max_pool_conv_backward; docs/cpu-performance.md, "Max pooling's backward in the
+  // first convolution's weight gradient").
+  bool takes_conv_weight_grads() const override { return relu_input_; }
+  void backward_with_conv(Context& c, const Tensor& dy, Layer& conv) override {
+    const int64_t n = dy.shape[0];
+    const Tensor argmax = argmax_kept_ ? argmax_.at(n) : Tensor();
+    bool done = false;
+    conv.conv_weight_grads(c, [&](const Conv2dParams& p, const Tensor& cx, const Tensor& cdw, const Tensor& cdb) {
+      c.be->max_pool_conv_backward(p_, x_, y_.at(n), dy, dx_.at(n), argmax, p, cx, cdw, cdb);
+      done = true;
+    });
+    MPX_CHECK_MSG(done, name() + ": backward_with_conv on a layer that gives no convolution's weight gradients");
+  }
+
   Tensor backward(Context& c, const Tensor& dy, bool need_dx) override {
     if (!need_dx) return Tensor();
     const Tensor dx = dx_.at(dy.shape[0]);

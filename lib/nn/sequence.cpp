@@ -344,9 +344,9 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
   Tensor g = dy;
   for (size_t i = steps_.size(); i-- > first;) {
     Step& s = steps_[i];
-    if (!need_dx && i == first + 2 && conv_backward_at(first)) {
-      // The dense layer, the reshape and the first convolution in one op: no input gradient is
-      // kept; their hooks are called in the order the steps' own backward would call them.
+    if (!need_dx && i > first && i == conv_grads_taker(first)) {
+      // The layer, any reshape and the first convolution in one op: no input gradient is kept;
+      // their hooks are called in the order the steps' own backward would call them.
       s.layer->backward_with_conv(c, g, *steps_[first].layer);
       for (size_t j = i + 1; j-- > first;) {
         grads_ready(c, *steps_[j].layer);
@@ -384,11 +384,14 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
   return Tensor();
 }
 
-bool Sequence::conv_backward_at(size_t first) const {
-  if (!fuse_ || first + 2 >= steps_.size()) return false;
-  const Step &conv = steps_[first], &reshape = steps_[first + 1], &dense = steps_[first + 2];
-  return conv.layer->gives_conv_weight_grads() && reshape.layer->passes_relu_through() && reshape.in_cast.empty() &&
-         dense.in_cast.empty() && dense.layer->takes_conv_weight_grads();
+size_t Sequence::conv_grads_taker(size_t first) const {
+  if (!fuse_ || first + 1 >= steps_.size() || !steps_[first].layer->gives_conv_weight_grads()) return 0;
+  const Step& next = steps_[first + 1];
+  if (!next.in_cast.empty()) return 0;
+  if (next.layer->takes_conv_weight_grads()) return first + 1;  // a max pooling
+  if (first + 2 >= steps_.size() || !next.layer->passes_relu_through()) return 0;
+  const Step& dense = steps_[first + 2];  // a dense layer after a reshape
+  return dense.in_cast.empty() && dense.layer->takes_conv_weight_grads() ? first + 2 : 0;
 }
 
 int64_t Sequence::param_count(const Context& c) const {

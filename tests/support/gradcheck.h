@@ -41,6 +41,24 @@ inline std::vector<float> random_vec(size_t n, uint64_t seed, double lo = -1.0, 
   return v;
 }
 
+/// The gradients (m.grads(), widened) of one training step of m on n images of h x w x c fixed
+/// bytes, with a random projection of the logits as their gradient: forward (dropout seed 7,
+/// step 3), then backward.
+inline std::vector<float> image_step_grads(mpx::Model& m, mpx::Backend& be, int64_t n, int64_t h, int64_t w,
+                                           int64_t c, int64_t classes) {
+  std::vector<uint8_t> xh(static_cast<size_t>(n * h * w * c));
+  for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  const std::vector<float> ph = random_vec(static_cast<size_t>(n * classes), 4);
+  mpx::Buffer xb = be.alloc(xh.size(), "test input"), pb = be.alloc(ph.size() * 4, "test projection");
+  const mpx::Tensor x = xb.view(mpx::DType::U8, mpx::Shape{n, h, w, c});
+  const mpx::Tensor proj = pb.view(mpx::DType::F32, mpx::Shape{n, classes});
+  be.upload(x, xh.data());
+  be.upload(proj, ph.data());
+  m.forward(x, true, 7, 3);
+  m.backward(proj);
+  return download_f32(be, m.grads());
+}
+
 struct GradCheckOptions {
   double step = 5e-3;        // central-difference step
   double threshold = 1e-2;   // |analytic - numeric| / max(|analytic|, |numeric|, 1)

@@ -218,6 +218,16 @@ class CpuBackend final : public Backend {
     }
     Backend::dense_conv_backward_impl(x, dy, w, dw, db, dx, p, conv_x, conv_dw, conv_db);
   }
+  void max_pool_conv_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                   const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp,
+                                   const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db) override {
+    {
+      OpTimer t(times_, "max_pool_conv_backward");
+      if (cpu::max_pool_conv_backward(ctx_, p, x, y, dy, argmax, cp, conv_x, conv_dw, conv_db)) return;
+      t.discard();
+    }
+    Backend::max_pool_conv_backward_impl(p, x, y, dy, dx, argmax, cp, conv_x, conv_dw, conv_db);
+  }
   void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) override {
     MPX_OP_TIMER("global_avg_pool_relu_backward");
     cpu::global_avg_pool_relu_backward(ctx_, x, dy, dx);

@@ -55,6 +55,13 @@ bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tenso
 bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                          const Tensor& db, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
                          const Tensor& conv_db);
+// conv.cpp
+struct WgradDyRows;  // conv/conv_wgrad_small.h
+/// conv2d_backward_filter with dy's rows from `rows` (never stored), where the chooser gives the
+/// weight gradient to the few-channel kernel (conv_wgrad_small); false: nothing done. The kernels
+/// list names it "convolution backward weights with <source>".
+bool conv2d_backward_filter_routed(Context& ctx, const Conv2dParams& p, const Tensor& x, const WgradDyRows& rows,
+                                   const Tensor& dw, const Tensor& db, const char* source);
 // pieces.cpp: the rules of the forward in pieces of the batch (Backend::dense_input_piece_rows,
 // max_pool_input_piece_rows, conv2d_forward_in_pieces; docs/cpu-performance.md, "Pieces of the
 // batch").
@@ -80,6 +87,13 @@ bool max_pool_keeps_argmax(const PoolParams& p, const Shape& x);
 void max_pool_forward_argmax(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& argmax);
 void max_pool_backward_argmax(const PoolParams& p, const Tensor& y, const Tensor& argmax, const Tensor& dy,
                               const Tensor& dx, bool relu_input);
+/// Backend::max_pool_conv_backward: the convolution's weight gradient takes each row of the
+/// pooling's dx (relu included) as it is routed from the forward's argmax, where the forward kept
+/// one and the weight gradient runs on the few-channel kernel (conv2d_backward_filter_routed);
+/// false: nothing done, run the ops one after the other.
+bool max_pool_conv_backward(Context& ctx, const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& argmax, const Conv2dParams& cp, const Tensor& conv_x, const Tensor& conv_dw,
+                            const Tensor& conv_db);
 
 // optimizer.cpp
 bool unscale_and_check(const Tensor& grads, float inv_scale);

@@ -341,4 +341,24 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   if (dbf) f32_commit(dbf, db);
 }
 
+bool conv2d_backward_filter_routed(Context& ctx, const Conv2dParams& p, const Tensor& x, const WgradDyRows& rows,
+                                   const Tensor& dw, const Tensor& db, const char* source) {
+  const Geo g = geometry(p, x.shape, dw.shape);
+  const ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, x.dtype);
+  const ConvChoice& c = choice(ctx, q);
+  if (c.kernel != ConvKernel::FewChannels) return false;
+  // Counted in the 16-bit path's report as conv2d_backward_filter counts it (the dot products as
+  // native math); not wanted, so it runs nothing and returns false.
+  conv_native_backward_filter(ctx, p, x, Tensor(), dw, db, false, conv_wgrad_small_dots(x.dtype));
+  ctx.note_kernel(conv_what(fmt::format("convolution backward weights with {}", source).c_str(), g),
+                  c.name + ", dy taken a row at a time as it is routed, never stored");
+  float* dwf = f32_out(ctx, kSlotDW, dw);
+  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
+  float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
+  conv_wgrad_small(g, x.data, rows, x.dtype, dwf, dbf, scratch);
+  f32_commit(dwf, dw);
+  if (dbf) f32_commit(dbf, db);
+  return true;
+}
+
 }  // namespace mpx::cpu

@@ -28,9 +28,10 @@ constexpr int kRegs = 16;
 
 namespace {
 
-// Per thread, in floats: acc, db, accd and dbd (doubles: two floats each), xrows, dyrow.
+// Per thread, in floats: acc, db, accd and dbd (doubles: two floats each), xrows, dyrow, and
+// dyraw (a routed dy row as it comes, at most float32).
 struct Layout {
-  int64_t acc, db, accd, dbd, xrows, dyrow, per;
+  int64_t acc, db, accd, dbd, xrows, dyrow, dyraw, per;
 };
 
 Layout layout(const conv_detail::Geo& g) {
@@ -41,7 +42,8 @@ Layout layout(const conv_detail::Geo& g) {
   l.dbd = whole_lines(2 * g.K);
   l.xrows = whole_lines(g.R * wgrad_small_columns(g) * g.C);
   l.dyrow = whole_lines(g.Q * g.K);
-  l.per = l.acc + l.db + l.accd + l.dbd + l.xrows + l.dyrow;
+  l.dyraw = whole_lines(g.Q * g.K);
+  l.per = l.acc + l.db + l.accd + l.dbd + l.xrows + l.dyrow + l.dyraw;
   return l;
 }
 
@@ -57,14 +59,10 @@ const char* conv_wgrad_small_isa() { return winograd_isa(); }
 
 bool conv_wgrad_small_dots(DType io) { return io == DType::BF16 && own_bf16_math(); }
 
+namespace {
 
-void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
-                      float* scratch) {
-  conv_wgrad_small(g, x, dy, io, dw, db, scratch, true);
-}
-
-void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
-                      float* scratch, bool dot, bool buffered) {
+void run_all(const conv_detail::Geo& g, const void* x, const void* dy, const WgradDyRows* dy_rows, DType io,
+             float* dw, float* db, float* scratch, bool dot, bool buffered) {
   const Layout l = layout(g);
   static auto* const widened = by_isa(wsmall_base::run, wsmall_avx2::run, wsmall_avx512::run);
   auto* const run = dot && conv_wgrad_small_dots(io) ? wsmall_avx512bf16::run : widened;
@@ -77,7 +75,8 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
     auto* accd = reinterpret_cast<double*>(base + l.acc + l.db);
     auto* dbd = reinterpret_cast<double*>(base + l.acc + l.db + l.accd);
     float* xrows = base + l.acc + l.db + l.accd + l.dbd;
-    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd, buffered};
+    WgradSmallArgs a{&g, x, dy, io, base, base + l.acc, xrows, xrows + l.xrows, accd, dbd, buffered, dy_rows,
+                     xrows + l.xrows + l.dyrow};
     std::fill(base, base + l.acc + l.db, 0.0f);
     std::fill(accd, accd + J * g.K, 0.0);
     std::fill(dbd, dbd + g.K, 0.0);
@@ -92,6 +91,23 @@ void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, 
     conv_detail::add_thread_sums(J, g.K, nt, sums, db_sums, J * g.K * t / nt, J * g.K * (t + 1) / nt, dw,
                                  t == 0 ? db : nullptr);
   }
+}
+
+}  // namespace
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch) {
+  run_all(g, x, dy, nullptr, io, dw, db, scratch, true, false);
+}
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
+                      float* scratch, bool dot, bool buffered) {
+  run_all(g, x, dy, nullptr, io, dw, db, scratch, dot, buffered);
+}
+
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const WgradDyRows& rows, DType io, float* dw,
+                      float* db, float* scratch) {
+  run_all(g, x, nullptr, &rows, io, dw, db, scratch, true, false);
 }
 
 }  // namespace mpx::cpu

@@ -37,6 +37,20 @@ size_t conv_wgrad_small_scratch(const conv_detail::Geo& g, int threads);
 void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const void* dy, DType io, float* dw, float* db,
                       float* scratch);
 
+/// Where conv_wgrad_small reads dy when dy is not stored: fill(ctx, row, dst) writes output row
+/// `row` of dy (image row / P, its row row % P: Q x K elements of the io dtype) at dst. The kernel
+/// takes each row once, as it would from memory (max pooling's backward routes its gradient
+/// there: Backend::max_pool_conv_backward).
+struct WgradDyRows {
+  void (*fill)(const void* ctx, int64_t row, void* dst);
+  const void* ctx;
+};
+
+/// conv_wgrad_small with dy's rows from `rows` instead of memory: the same bits as
+/// conv_wgrad_small on a dy that holds those rows.
+void conv_wgrad_small(const conv_detail::Geo& g, const void* x, const WgradDyRows& rows, DType io, float* dw,
+                      float* db, float* scratch);
+
 /// The build that runs: "avx512", "avx2" or "baseline" (winograd_isa()'s rule).
 const char* conv_wgrad_small_isa();
 
@@ -63,7 +77,17 @@ struct WgradSmallArgs {
   float *acc, *db, *xrows, *dyrow;
   double *accd, *dbd;
   bool buffered = false;  // the bfloat16 dot-product build: dy's pairs always through dyrow
+  const WgradDyRows* rows = nullptr;  // dy's rows from here, not from dy
+  void* dyraw = nullptr;              // the thread's buffer of one such row (Q x K io elements)
 };
+
+/// Output row `row` of dy (Q x K io elements): in dy, or filled into a.dyraw by a.rows.
+inline const void* wgrad_small_dy_row(const WgradSmallArgs& a, int64_t row) {
+  if (!a.rows)
+    return static_cast<const char*>(a.dy) + row * a.g->Q * a.g->K * static_cast<int64_t>(dtype_size(a.io));
+  a.rows->fill(a.rows->ctx, row, a.dyraw);
+  return a.dyraw;
+}
 /// Output rows summed in float32 before the float64 sums take them: the float32 sums run
 /// over at most this many rows' pixels.
 constexpr int64_t kWgradFlushRows = 8;

@@ -199,7 +199,6 @@ void run_k(const WgradSmallArgs& a, int64_t row0, int64_t row1) {
   const int64_t Jp = (J + TB - 1) / TB * TB;
   const int64_t Wp = wgrad_small_columns(g), Wb = Wp + 1;
   const auto* x = static_cast<const uint16_t*>(a.x);
-  const auto* dy = static_cast<const uint16_t*>(a.dy);
   auto* xb = reinterpret_cast<uint16_t*>(a.xrows);
   auto* dyi = reinterpret_cast<uint16_t*>(a.dyrow);
   int64_t off[64 + kWgradMaxTaps];
@@ -211,12 +210,13 @@ void run_k(const WgradSmallArgs& a, int64_t row0, int64_t row1) {
   const RowFn one_block = Jp == TB && !a.buffered ? row_for<K>(TB) : nullptr;
   for (int64_t row = row0; row < row1; ++row) {
     load_rows(g, x, row / g.P, row % g.P, Wp, Wb, xb);
+    const auto* dy = static_cast<const uint16_t*>(wgrad_small_dy_row(a, row));
     if (one_block) {
-      one_block(dy + row * Q * K, Q, xb, off, a.acc, a.db);
+      one_block(dy, Q, xb, off, a.acc, a.db);
       if ((row - row0 + 1) % kWgradFlushRows == 0 || row + 1 == row1) wgrad_small_flush(a, J, K, Jp);
       continue;
     }
-    interleave<K>(dy + row * Q * K, Q, dyi);
+    interleave<K>(dy, Q, dyi);
     {  // the bias gradient: dy's sums over the row's pixels, as products with 1
       __m512 b[V];
       for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(a.db + v * kL);

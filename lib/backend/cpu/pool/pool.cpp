@@ -27,6 +27,7 @@
 
 #include <omp.h>
 
+#include "backend/cpu/conv/conv_wgrad_small.h"
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool/pool_tiled.h"
@@ -191,6 +192,45 @@ void max_pool_backward_argmax(const PoolParams& pp, const Tensor& y, const Tenso
                               const Tensor& dx, bool relu_input) {
   tiled_max_backward_argmax_dispatch(pool_geometry(pp, dx.shape), y.data, static_cast<const uint8_t*>(argmax.data),
                                      dy.data, dx.data, relu_input, dx.dtype);
+}
+
+namespace {
+
+/// What max_pool_conv_backward's rows are routed from, and the build that routes them.
+struct PoolRoute {
+  using RowFn = void (*)(const TiledGeo&, const void*, const uint8_t*, const void*, void*, int64_t, int64_t, bool,
+                         DType);
+  TiledGeo t;
+  const void *y, *dy;
+  const uint8_t* argmax;
+  DType dt;
+  RowFn row;
+};
+
+/// WgradDyRows::fill: row `row` of the pooling's dx (image row / H, its row row % H), relu included.
+void route_row(const void* ctx, int64_t row, void* dst) {
+  const auto& r = *static_cast<const PoolRoute*>(ctx);
+  r.row(r.t, r.y, r.argmax, r.dy, dst, row / r.t.H, row % r.t.H, true, r.dt);
+}
+
+}  // namespace
+
+bool max_pool_conv_backward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor& argmax, const Conv2dParams& cp, const Tensor& conv_x, const Tensor& conv_dw,
+                            const Tensor& conv_db) {
+  if (argmax.empty()) return false;
+  const PGeo g = pool_geometry(pp, x.shape);
+  const PoolIsa isa = pool_isa();
+  const PoolRoute r{{g.N, g.H, g.W, g.C, g.P, g.Q, g.R, g.S},
+                    y.data,
+                    dy.data,
+                    static_cast<const uint8_t*>(argmax.data),
+                    x.dtype,
+                    isa == PoolIsa::Avx512 ? &avx512::tiled_max_backward_argmax_row
+                    : isa == PoolIsa::Avx2 ? &avx2::tiled_max_backward_argmax_row
+                                           : &base::tiled_max_backward_argmax_row};
+  return conv2d_backward_filter_routed(ctx, cp, conv_x, WgradDyRows{&route_row, &r}, conv_dw, conv_db,
+                                       "max pooling's backward");
 }
 
 void pool_forward(Context& ctx, const PoolParams& pp, const Tensor& x, const Tensor& y) {

@@ -31,6 +31,9 @@ constexpr int64_t kGapRows = 32;
   /** The backward from the forward's argmax and y (relu: dy passes only where y > 0). */                \
   void tiled_max_backward_argmax(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy,  \
                                  void* dx, bool relu, DType t);                                            \
+  /** Row h of image n of tiled_max_backward_argmax's dx (W x C elements at dx). */                      \
+  void tiled_max_backward_argmax_row(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy, \
+                                     void* dx, int64_t n, int64_t h, bool relu, DType t);                 \
   /** Global average pooling of bfloat16 x [N, HW, C] into float32 y [N, C]. */                           \
   void gap_forward_bf16(int64_t N, int64_t HW, int64_t C, const uint16_t* x, float* y);                    \
   }

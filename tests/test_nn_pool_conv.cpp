@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// The backward of the MNIST smoke net's max pooling with its first convolution's weight gradient in
+// one op (Backend::max_pool_conv_backward; docs/cpu-performance.md, "Max pooling's backward in the
+// first convolution's weight gradient"): planned where a model's first step is a convolution whose
+// relu's gradient the max pooling right after it computes and no input gradient is asked for. Every
+// gradient the same bits as with MPX_CPU_FUSE=0 (each op on its own), in float32, mixed_bfloat16
+// and mixed_float16; the route named in the kernels list where it runs; a frozen convolution (not
+// updated) leaves it out.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "nn/model.h"
+#include "support/gradcheck.h"
+
+using namespace mpx;
+using support::conv_layer;
+using support::dense_layer;
+using support::make_layer;
+
+namespace {
+
+// The MNIST smoke net's shapes: 28x28x1 -> 26x26x32 -> 13x13x32, 5,408 features for the dense layer.
+constexpr int kH = 28, kW = 28, kC = 1, kClasses = 10, kMaxBatch = 37;
+
+struct Result {
+  std::vector<float> grads;
+  std::string route;  // the kernels list's entry for the route, or ""
+};
+
+Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false) {
+  if (!fuse) setenv("MPX_CPU_FUSE", "0", 1);
+  auto be = create_backend("cpu");
+  LayerConfig conv = conv_layer(32, 3, 1, Padding::Valid, ActivationName::Relu), dense = dense_layer(kClasses);
+  conv.name = "conv";
+  dense.name = "logits";
+  dense.dtype = LayerDType::Float32;
+  Model m(support::model_config(
+              {conv, support::pool_layer(LayerType::MaxPool, 2), make_layer(LayerType::Flatten), dense}),
+          policy, *be, kH, kW, kC, kClasses, kMaxBatch);
+  unsetenv("MPX_CPU_FUSE");
+  m.init_params(13);
+  if (freeze_conv) m.set_updated_params([](const ParamInfo& p) { return p.layer != "conv"; });
+  Result r;
+  r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
+  for (const KernelChoice& k : be->kernels())
+    if (k.op.find("with max pooling's backward") != std::string::npos) r.route = k.impl;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("max pooling's backward with the first convolution's weight gradient: the bits of the ops one after the "
+          "other",
+          "[nn][fuse]") {
+  // The rule: the few-channel weight gradient (mpx's loops, the weight-gradient switch at its default).
+  const char* wgrad = std::getenv("MPX_CONV_WGRAD");
+  const bool runs = !std::getenv("MPX_CPU_REFERENCE") && !(wgrad && std::string(wgrad) != "auto");
+  for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16, Policy::MixedFloat16})
+    for (const int64_t n : {int64_t{32}, int64_t{kMaxBatch}, int64_t{5}}) {
+      INFO(policy_name(policy) << ", batch " << n);
+      const Result on = run(policy, true, n), off = run(policy, false, n);
+      INFO("route: '" << on.route << "'");
+      CHECK(on.route.empty() == !runs);
+      CHECK(off.route.empty());
+      REQUIRE(on.grads.size() == off.grads.size());
+      CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
+      double mag = 0;
+      for (float v : on.grads) mag += std::fabs(v);
+      CHECK(mag > 0);
+    }
+}
+
+TEST_CASE("a frozen first convolution leaves max pooling's backward as it is", "[nn][fuse]") {
+  const Result on = run(Policy::Float32, true, 16, true), off = run(Policy::Float32, false, 16, true);
+  CHECK(on.route.empty());
+  REQUIRE(on.grads.size() == off.grads.size());
+  CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
+}
