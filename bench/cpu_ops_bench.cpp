@@ -314,7 +314,7 @@ double cold_median(int reps, F&& f) {
 }
 
 /// The MNIST smoke net's first convolution (relu) and 2x2 max pooling at its batch of 128: the
-/// backward as the ops one after the other (the pooling's, from the forward's window positions,
+/// pooling's forward (keeping the window positions); the backward as the ops one after the other (the pooling's, from the forward's window positions,
 /// then the weight gradient) and in one op (Backend::max_pool_conv_backward), caches cleared.
 void smoke_pool_conv(int reps) {
   constexpr int64_t N = 128;
@@ -336,7 +336,7 @@ void smoke_pool_conv(int reps) {
     Tensor py = d.make(t, Shape{N, 13, 13, 32}), am = d.make(DType::U8, py.shape);
     Tensor pdy = d.rand(rng, t, py.shape), dy = d.make(t, y.shape);
     Tensor dw = d.make(t, Shape{32, 3, 3, 1}), db = d.make(t, Shape{32});
-    d.be->pool_forward(pp, y, py, am);
+    const double fwd = cold_median(reps, [&] { d.be->pool_forward(pp, y, py, am); });
     const double pool = cold_median(reps, [&] { d.be->max_pool_relu_backward(pp, y, py, pdy, dy, am); });
     const double wgrad = cold_median(reps, [&] { d.be->conv2d_backward_filter(p, x, dy, dw, db); });
     const double two = cold_median(reps, [&] {
@@ -344,6 +344,7 @@ void smoke_pool_conv(int reps) {
       d.be->conv2d_backward_filter(p, x, dy, dw, db);
     });
     const double one = cold_median(reps, [&] { d.be->max_pool_conv_backward(pp, y, py, pdy, dy, am, p, x, dw, db); });
+    std::printf("%-8s pooling's forward (window positions kept) %7.3f ms\n", dtype_name(t), fwd);
     std::printf("%-8s pooling's backward %7.3f ms, weight gradient %7.3f ms, two ops %7.3f ms, one op %7.3f ms  "
                 "two ops / one op %.2fx\n",
                 dtype_name(t), pool, wgrad, two, one, two / one);
