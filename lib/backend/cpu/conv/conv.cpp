@@ -38,7 +38,8 @@ enum ConvOp : int64_t {
   kConvFwd = 101,
   kConvBwdData = 102,
   kConvBwdFilter = 103,
-  kConvChoice = 110
+  kConvChoice = 110,
+  kConvRouted = 111  // the routed weight gradient's kernels-list entry (conv2d_backward_filter_routed)
 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
@@ -289,15 +290,22 @@ void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy,
   f32_commit(dxf, dx);
 }
 
-void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
-                            const Tensor& dw, const Tensor& db) {
+namespace {
+
+/// conv2d_backward_filter; with `rows` (not null) dy's rows come from there instead of dy (an
+/// empty tensor then), which only the few-channel kernel takes: false, nothing done, where the
+/// chooser gives the shape another kernel. `source` names the rows' origin in the kernels list.
+bool backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, const WgradDyRows* rows,
+                     const char* source, const Tensor& dw, const Tensor& db) {
   const Geo g = geometry(p, x.shape, dw.shape);
-  ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, dy.dtype);
+  ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, rows ? x.dtype : dy.dtype);
   const ConvChoice* c = &choice(ctx, q);
-  // mpx's AMX kernel and the few-channel kernel's bfloat16 dot products count as native 16-bit math
+  if (rows && c->kernel != ConvKernel::FewChannels) return false;
+  // mpx's AMX kernel and the few-channel kernel's bfloat16 dot products count as native 16-bit
+  // math; not wanted (routed rows: never), conv_native_backward_filter only counts the op
   const bool own16 = c->kernel == ConvKernel::WgradAmx ||
                      (c->kernel == ConvKernel::FewChannels && q.in == q.out && conv_wgrad_small_dots(x.dtype));
-  if (conv_native_backward_filter(ctx, p, x, dy, dw, db, c->kernel == ConvKernel::Native16, own16)) return;
+  if (conv_native_backward_filter(ctx, p, x, dy, dw, db, c->kernel == ConvKernel::Native16, own16)) return true;
   if (c->kernel == ConvKernel::Native16) {
     q.native_refused = true;
     c = &choice(ctx, q);
@@ -306,7 +314,18 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
   if (c->kernel == ConvKernel::FewChannels) {
     float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
-    conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
+    if (rows) {
+      // Named once per shape beside the weight gradient's own entry (the plan is only the record).
+      PlanKey k = conv_key(kConvRouted, p, g, static_cast<int64_t>(x.dtype));
+      ctx.plan<Plan>(k, [&] {
+        ctx.note_kernel(conv_what(fmt::format("convolution backward weights with {}", source).c_str(), g),
+                        c->name + ", dy taken a row at a time as it is routed, never stored");
+        return new Plan;
+      });
+      conv_wgrad_small(g, x.data, *rows, x.dtype, dwf, dbf, scratch);
+    } else {
+      conv_wgrad_small(g, x.data, dy.data, x.dtype, dwf, dbf, scratch);
+    }
   } else if (c->kernel == ConvKernel::WgradAmx) {
     const int threads = omp_get_max_threads();
     const AmxSplit split = conv_wgrad_amx_split(g);
@@ -339,26 +358,19 @@ void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x
   }
   f32_commit(dwf, dw);
   if (dbf) f32_commit(dbf, db);
+  return true;
+}
+
+}  // namespace
+
+void conv2d_backward_filter(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                            const Tensor& dw, const Tensor& db) {
+  backward_filter(ctx, p, x, dy, nullptr, nullptr, dw, db);
 }
 
 bool conv2d_backward_filter_routed(Context& ctx, const Conv2dParams& p, const Tensor& x, const WgradDyRows& rows,
                                    const Tensor& dw, const Tensor& db, const char* source) {
-  const Geo g = geometry(p, x.shape, dw.shape);
-  const ConvQuery q = query(ConvPass::BackwardFilter, p, g, x.dtype, x.dtype);
-  const ConvChoice& c = choice(ctx, q);
-  if (c.kernel != ConvKernel::FewChannels) return false;
-  // Counted in the 16-bit path's report as conv2d_backward_filter counts it (the dot products as
-  // native math); not wanted, so it runs nothing and returns false.
-  conv_native_backward_filter(ctx, p, x, Tensor(), dw, db, false, conv_wgrad_small_dots(x.dtype));
-  ctx.note_kernel(conv_what(fmt::format("convolution backward weights with {}", source).c_str(), g),
-                  c.name + ", dy taken a row at a time as it is routed, never stored");
-  float* dwf = f32_out(ctx, kSlotDW, dw);
-  float* dbf = db.empty() ? nullptr : f32_out(ctx, kSlotDB, db);
-  float* scratch = ctx.scratch(kSlotTmp0, conv_wgrad_small_scratch(g, omp_get_max_threads()));
-  conv_wgrad_small(g, x.data, rows, x.dtype, dwf, dbf, scratch);
-  f32_commit(dwf, dw);
-  if (dbf) f32_commit(dbf, db);
-  return true;
+  return backward_filter(ctx, p, x, Tensor(), &rows, source, dw, db);
 }
 
 }  // namespace mpx::cpu
