@@ -318,8 +318,8 @@ double cold_median(int reps, F&& f) {
 /// then the weight gradient) and in one op (Backend::max_pool_conv_backward), caches cleared.
 void smoke_pool_conv(int reps) {
   constexpr int64_t N = 128;
-  std::printf("MNIST smoke net conv+pool backward at batch %lld, %d reps (median ms), caches cleared before each "
-              "call\n",
+  std::printf("MNIST smoke net conv+pool forward and backward at batch %lld, %d reps (median ms), caches cleared "
+              "before each call\n",
               static_cast<long long>(N), reps);
   Conv2dParams p;
   p.R = p.S = 3;
@@ -350,6 +350,17 @@ void smoke_pool_conv(int reps) {
                 dtype_name(t), pool, wgrad, two, one, two / one);
     std::printf("%-8s one op: %s\n", dtype_name(t),
                 kernel_of(d, "convolution backward weights with", "x [128, 28, 28, 1]").c_str());
+    // The forward: the convolution with relu and the pooling, two ops against one.
+    Tensor w = d.rand(rng, t, Shape{32, 3, 3, 1}), b = d.rand(rng, t, Shape{32});
+    const double cfwd = cold_median(reps, [&] { d.be->conv2d_forward(p, x, w, b, y, Activation::Relu); });
+    const double ftwo = cold_median(reps, [&] {
+      d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+      d.be->pool_forward(pp, y, py, am);
+    });
+    const double fone = cold_median(reps, [&] { d.be->conv_max_pool_forward(p, x, w, b, y, pp, py, am); });
+    std::printf("%-8s forward: convolution %7.3f ms, two ops %7.3f ms, one op %7.3f ms  two ops / one op %.2fx%s\n",
+                dtype_name(t), cfwd, ftwo, fone, ftwo / fone,
+                d.be->conv_max_pool_forward_fuses(p, x.shape, w.shape, t, pp) ? "" : " (the one op runs the two)");
   }
 }
 

@@ -6,10 +6,15 @@
 // gradient into the few-channel weight gradient a row at a time (the pooling's window positions
 // kept, 1-4 channels, 16/32/64 filters) and where it runs the two ops (no window positions, other
 // filter counts); float32, bfloat16 and float16; 1 to 3 threads; the route named in the kernels
-// list exactly where it runs. And its refusals of tensors that do not fit together.
+// list exactly where it runs. And its refusals of tensors that do not fit together. The forward the
+// same way (Backend::conv_max_pool_forward; "The first convolution's forward with max pooling"):
+// the pooling's output and window positions the bits of conv2d_forward with relu then
+// pool_forward, where the few-channel kernel pools each window's rows as it computes them.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -36,11 +41,16 @@ std::vector<char> bytes_of(support::CpuDev& d, const Tensor& t) {
   return b;
 }
 
-/// The kernels list's entry for the route, or "".
-std::string route_of(support::CpuDev& d) {
+/// The kernels list's entry for the op whose description starts with `op`, or "".
+std::string entry_of(support::CpuDev& d, const char* op) {
   for (const KernelChoice& k : d.be->kernels())
-    if (k.op.rfind("convolution backward weights with max pooling's backward", 0) == 0) return k.impl;
+    if (k.op.rfind(op, 0) == 0) return k.impl;
   return "";
+}
+
+/// The routed weight gradient's entry, or "".
+std::string route_of(support::CpuDev& d) {
+  return entry_of(d, "convolution backward weights with max pooling's backward");
 }
 
 }  // namespace
@@ -115,6 +125,135 @@ TEST_CASE("max_pool_conv_backward: the weight gradient of max_pool_relu_backward
             else
               CHECK(route.empty());
           }
+}
+
+TEST_CASE("conv_max_pool_forward: the pooling's output and window positions of conv2d_forward then pool_forward, bit "
+          "for bit",
+          "[backend][pool][fuse][fwd]") {
+  // The few-channel kernel pools each window's rows as it computes them where the pooling keeps
+  // its window positions; elsewhere (24 filters: no pooled forward; no argmax) the two ops run.
+  const PoolConvCase cases[] = {
+      {"the MNIST smoke net's shape, C=1, K=32", {"", 5, 28, 28, 1, 32, 3, 3, 0, 0, 0, 0}, 2},
+      {"an uncovered last row and column, C=1, K=16", {"", 3, 13, 13, 1, 16, 3, 3, 0, 0, 0, 0}, 2},
+      {"3x3 windows on a same convolution, C=3, K=64", {"", 2, 12, 12, 3, 64, 3, 3, 1, 1, 1, 1}, 3},
+      {"5x5 same, C=2, K=32, a wide image, 3x3 windows, two uncovered rows",
+       {"", 2, 11, 14, 2, 32, 5, 5, 2, 2, 2, 2},
+       3},
+      {"1x1, C=4, K=16, 2x2 windows", {"", 3, 6, 8, 4, 16, 1, 1, 0, 0, 0, 0}, 2},
+      {"24 filters: no pooled forward, the two ops", {"", 2, 10, 10, 3, 24, 3, 3, 0, 0, 0, 0}, 2},
+  };
+  const char* fwd = std::getenv("MPX_CONV_FORWARD");
+  const bool own = !std::getenv("MPX_CPU_REFERENCE") && !(fwd && std::string(fwd) != "auto");
+  for (const PoolConvCase& cs : cases)
+    for (DType t : {DType::F32, DType::BF16, DType::F16})
+      for (int threads : {1, 2, 3})
+        for (bool keep : {true, false})
+          DYNAMIC_SECTION(cs.name << ", " << dtype_name(t) << ", " << threads << " threads, "
+                                  << (keep ? "window positions kept" : "no window positions")) {
+            const support::ConvCase& c = cs.conv;
+            const Conv2dParams p = c.params();
+            const int64_t P = p.out_h(static_cast<int>(c.H)), Q = p.out_w(static_cast<int>(c.W));
+            PoolParams pp;
+            pp.kind = PoolKind::Max;
+            pp.R = pp.S = pp.stride_h = pp.stride_w = cs.pool;
+            const support::OmpThreads th(threads);
+            support::CpuDev d;
+            Rng rng(static_cast<uint64_t>(57 + c.C * 5 + c.K + cs.pool));
+            // The input: random, with a block of zeros in the first image (outputs of the bias
+            // alone: ties, and zeros where relu cuts a negative bias), a NaN and a value large
+            // enough to overflow float16 in the second.
+            std::vector<float> xv;
+            const Tensor x = d.rand(rng, t, Shape{c.N, c.H, c.W, c.C}, &xv);
+            for (int64_t h = 0; h < std::min<int64_t>(6, c.H); ++h)
+              for (int64_t w = 0; w < std::min<int64_t>(6, c.W); ++w)
+                for (int64_t ch = 0; ch < c.C; ++ch) xv[static_cast<size_t>((h * c.W + w) * c.C + ch)] = 0.0f;
+            const size_t img = static_cast<size_t>(c.H * c.W * c.C);
+            xv[img + img / 2] = support::kNaN;
+            xv[img + img / 3] = t == DType::BF16 ? 3e38f : 6e4f;
+            d.put(x, xv);
+            std::vector<float> bv;
+            const Tensor w = d.rand(rng, t, Shape{c.K, c.R, c.S, c.C}, nullptr), b = d.rand(rng, t, Shape{c.K}, &bv);
+            for (size_t k = 0; k < bv.size(); k += 3) bv[k] = -std::fabs(bv[k]);  // some negative biases
+            d.put(b, bv);
+            const Tensor cy = d.make(t, Shape{c.N, P, Q, c.K}), cy2 = d.make(t, cy.shape);
+            const Tensor y = d.make(t, Shape{c.N, P / cs.pool, Q / cs.pool, c.K}), y2 = d.make(t, y.shape);
+            const Tensor am = d.make(DType::U8, y.shape), am2 = d.make(DType::U8, y.shape);
+            REQUIRE(d.be->max_pool_keeps_argmax(pp, cy.shape));
+            d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, keep ? am : Tensor());
+            const std::string route = entry_of(d, "convolution forward with max pooling");
+            d.be->conv2d_forward(p, x, w, b, cy2, Activation::Relu);
+            // Where conv2d_forward runs another kernel than the pooled forward's (float32 without
+            // AVX-512 runs oneDNN's), the pooled forward with 1x1 windows gives the kernel's own
+            // output: the same as conv2d_forward's within float32 rounding (oneDNN's relu turns NaN
+            // into 0, mpx's keeps it), and the reference the 2x2 pooling is run on.
+            const bool fused = own && c.K != 24;
+            // conv2d_forward ran mpx's few-channel kernel
+            const bool mpx_conv = entry_of(d, "convolution forward for").rfind("mpx:few-channels", 0) == 0;
+            if (fused && keep && !mpx_conv) {
+              PoolParams one = pp;
+              one.R = one.S = one.stride_h = one.stride_w = 1;
+              const Tensor own_y = d.make(t, cy.shape), am1 = d.make(DType::U8, cy.shape);
+              d.be->conv_max_pool_forward(p, x, w, b, cy, one, own_y, am1);
+              const std::vector<float> a = d.get(own_y), r = d.get(cy2);
+              int64_t far = 0;
+              for (size_t i = 0; i < a.size(); ++i)
+                if (!std::isnan(a[i]) && std::fabs(a[i] - r[i]) > 1e-5f * (1.0f + std::fabs(r[i]))) ++far;
+              CHECK(far == 0);
+              d.be->copy(cy2, own_y);
+            }
+            d.be->pool_forward(pp, cy2, y2, keep ? am2 : Tensor());
+            CHECK(bytes_of(d, y) == bytes_of(d, y2));
+            if (keep) CHECK(bytes_of(d, am) == bytes_of(d, am2));
+            // Not vacuous: positive outputs, the NaN carried (mpx's kernel keeps it through relu),
+            // and windows won past their first position.
+            int64_t positive = 0, nan = 0, moved = 0;
+            for (float v : d.get(y2)) positive += v > 0, nan += std::isnan(v);
+            std::vector<uint8_t> pos(static_cast<size_t>(am2.numel()));
+            if (keep) d.be->download(pos.data(), am2);
+            for (uint8_t a : pos) moved += a != 0;
+            CHECK(positive > 0);
+            if ((fused && keep) || mpx_conv) CHECK(nan > 0);
+            if (keep) CHECK(moved > 0);
+            // The route: where the window positions are kept and the few-channel kernel takes the
+            // pooled forward (16/32/64 filters, mpx's loops not switched off), as the query says.
+            CHECK(d.be->conv_max_pool_forward_fuses(p, x.shape, w.shape, t, pp) == fused);
+            INFO("route: '" << route << "'");
+            if (keep && fused)
+              CHECK(route.find("each pooling window's rows pooled in cache, the output never stored") !=
+                    std::string::npos);
+            else
+              CHECK(route.empty());
+          }
+}
+
+TEST_CASE("conv_max_pool_forward: tensors that do not fit together are refused, naming them",
+          "[backend][pool][fuse][fwd]") {
+  support::CpuDev d;
+  Conv2dParams p;
+  p.R = p.S = 3;
+  PoolParams pp;
+  pp.kind = PoolKind::Max;
+  pp.R = pp.S = pp.stride_h = pp.stride_w = 2;
+  const Tensor x = d.make(DType::F32, Shape{2, 10, 10, 1}), w = d.make(DType::F32, Shape{16, 3, 3, 1});
+  const Tensor b = d.make(DType::F32, Shape{16}), cy = d.make(DType::F32, Shape{2, 8, 8, 16});
+  const Tensor y = d.make(DType::F32, Shape{2, 4, 4, 16}), am = d.make(DType::U8, y.shape);
+  CHECK_NOTHROW(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, am));
+  // conv_y must be the convolution's output, y the pooling's.
+  const Tensor cy9 = d.make(DType::F32, Shape{2, 9, 9, 16});
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy9, pp, y, am), Catch::Contains("conv_y"));
+  const Tensor y3 = d.make(DType::F32, Shape{2, 3, 3, 16});
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y3, am),
+                    Catch::Contains("conv_max_pool_forward"));
+  // One dtype for x, w, conv_y and y; a bias of the filters' count; argmax uint8 of y's shape.
+  const Tensor w16 = d.make(DType::BF16, w.shape), y16 = d.make(DType::BF16, y.shape);
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w16, b, cy, pp, y, am), Catch::Contains("w"));
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y16, am), Catch::Contains("y"));
+  const Tensor b8 = d.make(DType::F32, Shape{8});
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b8, cy, pp, y, am), Catch::Contains("bias"));
+  const Tensor am32 = d.make(DType::F32, y.shape);
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, am32), Catch::Contains("argmax"));
+  pp.kind = PoolKind::Avg;
+  CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, Tensor()), Catch::Contains("needs max pooling"));
 }
 
 TEST_CASE("max_pool_conv_backward: tensors that do not fit together are refused, naming them",

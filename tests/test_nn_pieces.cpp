@@ -47,6 +47,9 @@ Result run(const std::vector<LayerConfig>& layers, Policy policy, const char* pi
   auto be = create_backend("cpu");
   Model m(support::model_config(layers), policy, *be, kH, kW, kC, kClasses, kMaxBatch);
   m.init_params(5);
+  // Every layer's output is read below: written in the training forward too, so that a
+  // convolution and the max pooling after it run in pieces rather than in one op.
+  m.keep_layer_outputs(true);
   r.runs = m.piece_runs();
   const std::vector<float> xh = support::random_vec(static_cast<size_t>(n * kH * kW * kC), 3, -2.0, 2.0);
   const std::vector<float> ph = support::random_vec(static_cast<size_t>(n * kClasses), 4);

@@ -5,7 +5,9 @@
 // relu's gradient the max pooling right after it computes and no input gradient is asked for. Every
 // gradient the same bits as with MPX_CPU_FUSE=0 (each op on its own), in float32, mixed_bfloat16
 // and mixed_float16; the route named in the kernels list where it runs; a frozen convolution (not
-// updated) leaves it out.
+// updated) leaves it out. The training forward of the same two layers in one op as well
+// (Backend::conv_max_pool_forward; "The first convolution's forward with max pooling"), named in
+// the kernels list, the gradients still the bits of the ops one after the other.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -31,10 +33,12 @@ constexpr int kH = 28, kW = 28, kC = 1, kClasses = 10, kMaxBatch = 37;
 
 struct Result {
   std::vector<float> grads;
-  std::string route;  // the kernels list's entry for the route, or ""
+  std::string route;      // the kernels list's entry for the route, or ""
+  std::string fwd_route;  // the pooled forward's entry, or ""
 };
 
-Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false) {
+Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool keep_outputs = false,
+           std::vector<LayerTensors>* tensors = nullptr) {
   if (!fuse) setenv("MPX_CPU_FUSE", "0", 1);
   auto be = create_backend("cpu");
   LayerConfig conv = conv_layer(32, 3, 1, Padding::Valid, ActivationName::Relu), dense = dense_layer(kClasses);
@@ -47,10 +51,14 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false) {
   unsetenv("MPX_CPU_FUSE");
   m.init_params(13);
   if (freeze_conv) m.set_updated_params([](const ParamInfo& p) { return p.layer != "conv"; });
+  m.keep_layer_outputs(keep_outputs);
   Result r;
   r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
-  for (const KernelChoice& k : be->kernels())
+  if (tensors) *tensors = m.layer_tensors();
+  for (const KernelChoice& k : be->kernels()) {
     if (k.op.find("with max pooling's backward") != std::string::npos) r.route = k.impl;
+    if (k.op.find("convolution forward with max pooling") != std::string::npos) r.fwd_route = k.impl;
+  }
   return r;
 }
 
@@ -66,9 +74,15 @@ TEST_CASE("max pooling's backward with the first convolution's weight gradient: 
     for (const int64_t n : {int64_t{32}, int64_t{kMaxBatch}, int64_t{5}}) {
       INFO(policy_name(policy) << ", batch " << n);
       const Result on = run(policy, true, n), off = run(policy, false, n);
-      INFO("route: '" << on.route << "'");
+      INFO("route: '" << on.route << "', forward: '" << on.fwd_route << "'");
       CHECK(on.route.empty() == !runs);
       CHECK(off.route.empty());
+      // The training forward: the convolution and the pooling in one op where the few-channel
+      // kernel takes it (mpx's loops, the forward switch at its default).
+      const char* fwd = std::getenv("MPX_CONV_FORWARD");
+      CHECK(on.fwd_route.empty() ==
+            (std::getenv("MPX_CPU_REFERENCE") != nullptr || (fwd && std::string(fwd) != "auto")));
+      CHECK(off.fwd_route.empty());
       REQUIRE(on.grads.size() == off.grads.size());
       CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
       double mag = 0;
@@ -82,4 +96,26 @@ TEST_CASE("a frozen first convolution leaves max pooling's backward as it is", "
   CHECK(on.route.empty());
   REQUIRE(on.grads.size() == off.grads.size());
   CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
+}
+
+TEST_CASE("keep_layer_outputs: every layer's output written, the convolution and the pooling each in its own op",
+          "[nn][fuse]") {
+  const char* fwd = std::getenv("MPX_CONV_FORWARD");
+  const bool runs = !std::getenv("MPX_CPU_REFERENCE") && !(fwd && std::string(fwd) != "auto");
+  for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16}) {
+    INFO(policy_name(policy));
+    std::vector<LayerTensors> kept, fused;
+    const Result on = run(policy, true, 16, false, true, &kept), off = run(policy, true, 16, false, false, &fused);
+    CHECK(on.fwd_route.empty());
+    CHECK(off.fwd_route.empty() == !runs);
+    REQUIRE(kept.size() == fused.size());
+    REQUIRE(kept.front().name == "conv");
+    // The convolution's output: there when kept, left empty where the forward went in one op.
+    CHECK(!kept.front().output.empty());
+    CHECK(fused.front().output.empty() == runs);
+    for (size_t i = 1; i < kept.size(); ++i) CHECK(!kept[i].output.empty());
+    // The same gradients either way.
+    REQUIRE(on.grads.size() == off.grads.size());
+    CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
+  }
 }

@@ -48,6 +48,7 @@ Run run(const std::vector<LayerConfig>& layers, Policy policy, bool fuse, const 
   auto be = create_backend("cpu");
   Model m(support::model_config(layers), policy, *be, kH, kW, kC, kClasses, kN);
   m.init_params(11);
+  m.keep_layer_outputs(true);  // the layers' outputs are read below
   r.workspace_bytes = m.memory_report().workspace_bytes;
   const std::vector<float> xh = support::random_vec(static_cast<size_t>(kN * kH * kW * kC), 3, -2.0, 2.0);
   const std::vector<float> ph = support::random_vec(static_cast<size_t>(kN * kClasses), 4);

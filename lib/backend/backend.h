@@ -150,6 +150,21 @@ class Backend {
                               const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp, const Tensor& conv_x,
                               const Tensor& conv_dw, const Tensor& conv_db);
 
+  /// The forward of a convolution with relu (cp; its input x, weights w, bias, which may be empty;
+  /// no kept pre-activation) and of the max pooling (p) that reads its output: conv2d_forward(cp, x,
+  /// w, bias, conv_y, relu), then pool_forward(p, conv_y, y, argmax). conv_y is working space of the
+  /// convolution's output shape and dtype, its contents afterwards unspecified: a backend may pool
+  /// each window's rows as they are computed and never store conv_y (docs/cpu-performance.md, "The
+  /// first convolution's forward with max pooling"). A model calls it only where
+  /// conv_max_pool_forward_fuses says so, and only when nothing reads the convolution's output
+  /// later: the pooling's backward then works from argmax.
+  void conv_max_pool_forward(const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
+                             const Tensor& conv_y, const PoolParams& p, const Tensor& y, const Tensor& argmax);
+  /// Whether conv_max_pool_forward leaves conv_y unwritten for these shapes (x [N, H, W, C], w
+  /// [K, R, S, C], all in dtype t), with an argmax; false in the base (and the CUDA backend).
+  bool conv_max_pool_forward_fuses(const Conv2dParams& cp, const Shape& x, const Shape& w, DType t,
+                                   const PoolParams& p) const;
+
   // ---- the forward in pieces of the batch ------------------------------------
   /// Rows per piece in which a model should run the forward passes of the per-sample layers
   /// that feed a dense layer of `units` outputs, computing in dtype `t`, reading `features`
@@ -312,6 +327,11 @@ class Backend {
   virtual void max_pool_conv_backward_impl(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                                            const Tensor& dx, const Tensor& argmax, const Conv2dParams& cp,
                                            const Tensor& conv_x, const Tensor& conv_dw, const Tensor& conv_db);
+  /// The base runs conv2d_forward_impl and the pooling's forward; the CPU backend pools each
+  /// window's rows as it computes them where it can, and calls this where it cannot.
+  virtual void conv_max_pool_forward_impl(const Conv2dParams& cp, const Tensor& x, const Tensor& w,
+                                          const Tensor& bias, const Tensor& conv_y, const PoolParams& p,
+                                          const Tensor& y, const Tensor& argmax);
   /// The base runs dense_backward_impl and conv2d_backward_filter_impl; the CPU backend does both
   /// in one walk where it can, and calls this where it cannot.
   virtual void dense_conv_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
@@ -330,6 +350,10 @@ class Backend {
   }
   virtual int64_t max_pool_input_piece_rows_impl(const PoolParams&, const Shape&, DType) const { return 0; }
   virtual bool conv2d_forward_in_pieces_impl(const Conv2dParams&, const Shape&, const Shape&, DType) const {
+    return false;
+  }
+  virtual bool conv_max_pool_forward_fuses_impl(const Conv2dParams&, const Shape&, const Shape&, DType,
+                                                const PoolParams&, const Shape&) const {
     return false;
   }
   /// pool_forward with an argmax to write (only called where max_pool_keeps_argmax_impl said so).

@@ -159,6 +159,41 @@ void Backend::max_pool_conv_backward_impl(const PoolParams& p, const Tensor& x, 
   conv2d_backward_filter_impl(cp, conv_x, dx, conv_dw, conv_db);
 }
 
+void Backend::conv_max_pool_forward(const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                    const Tensor& conv_y, const PoolParams& p, const Tensor& y, const Tensor& argmax) {
+  const char* op = "conv_max_pool_forward";
+  MPX_VALIDATE(p.kind == PoolKind::Max, "{}: needs max pooling, got average", op);
+  require_float(op, "x", x);
+  require_data(op, "w", w);
+  require_data(op, "conv_y", conv_y);
+  require_same_dtype(op, "x", x, "w", w);
+  require_same_dtype(op, "x", x, "conv_y", conv_y);
+  check_conv_shapes(op, cp, x, "x", w, conv_y, "conv_y");
+  check_bias(op, bias, w.shape[0], x.dtype);
+  check_pool_shapes(op, p, conv_y, y);
+  require_same_dtype(op, "conv_y", conv_y, "y", y);
+  if (!argmax.empty()) check_argmax(op, *this, p, conv_y, y, argmax);
+  if (y.numel() == 0) return;
+  conv_max_pool_forward_impl(cp, x, w, bias, conv_y, p, y, argmax);
+}
+
+void Backend::conv_max_pool_forward_impl(const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                         const Tensor& conv_y, const PoolParams& p, const Tensor& y,
+                                         const Tensor& argmax) {
+  conv2d_forward_impl(cp, x, w, bias, conv_y, Activation::Relu, Tensor());
+  if (argmax.empty())
+    pool_forward_impl(p, conv_y, y);
+  else
+    max_pool_forward_argmax_impl(p, conv_y, y, argmax);
+}
+
+bool Backend::conv_max_pool_forward_fuses(const Conv2dParams& cp, const Shape& x, const Shape& w, DType t,
+                                          const PoolParams& p) const {
+  if (p.kind != PoolKind::Max || x.rank != 4 || w.rank != 4) return false;
+  const Shape conv_y{x[0], cp.out_h(static_cast<int>(x[1])), cp.out_w(static_cast<int>(x[2])), w[0]};
+  return conv_max_pool_forward_fuses_impl(cp, x, w, t, p, conv_y);
+}
+
 void Backend::dense_relu_backward_data(const Tensor& dy, const Tensor& w, const Tensor& x, const Tensor& dx) {
   const char* op = "dense_relu_backward_data";
   require_float(op, "dy", dy);

@@ -61,6 +61,7 @@ InspectResult inspect(const Config& cfg, const InspectOptions& opts) {
   const Shape input = session.input_shape();
   std::unique_ptr<Model> model_ptr = session.make_model(n);
   Model& model = *model_ptr;
+  model.keep_layer_outputs(true);  // every layer's output goes into the dump
 
   InspectResult r;
   r.policy = policy_name(session.policy());

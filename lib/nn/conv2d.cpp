@@ -59,6 +59,11 @@ class Conv2d : public KernelLayer {
       const std::function<void(const Conv2dParams&, const Tensor&, const Tensor&, const Tensor&)>& fn) override {
     weight_grads(c, kernel_, bias_, [&](const Tensor& dw, const Tensor& db) { fn(p_, x_, dw, db); });
   }
+  const Conv2dParams* conv_forward_window() const override { return act_.backward_by_next ? &p_ : nullptr; }
+  void conv_forward_args(Context& c, int64_t n,
+                         const std::function<void(const Tensor&, const Tensor&, const Tensor&)>& fn) override {
+    fn(c.weight(kernel_, dtype_), bias_ >= 0 ? c.weight(bias_, dtype_) : Tensor(), y_.at(n));
+  }
   bool forwards_by_rows(const Context& c) const override {
     return c.be->conv2d_forward_in_pieces(p_, with_batch(1, in_shape_),
                                           Shape{out_shape_[2], p_.R, p_.S, in_shape_[2]}, dtype_);

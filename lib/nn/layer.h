@@ -72,6 +72,9 @@ struct Context {
 
   // The step's settings.
   bool training = false;
+  /// Every layer's output is read after the step (inspect, debug.check_numerics): no fusion may
+  /// leave one unwritten (Model::keep_layer_outputs).
+  bool keep_outputs = false;
   uint64_t dropout_seed = 0, step = 0;
   int next_layer_index = 0;
 
@@ -210,6 +213,24 @@ class Layer {
   /// Its backward from dy with `conv`'s weight gradients (conv.conv_weight_grads), no input
   /// gradient kept; only where takes_conv_weight_grads().
   virtual void backward_with_conv(Context& /*c*/, const Tensor& /*dy*/, Layer& /*conv*/) {}
+
+  // The forward of a convolution and of the max pooling right after it in one op, decided by the
+  // Sequence (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The first convolution's
+  // forward with max pooling"): in a training step, where nothing reads the convolution's output.
+  /// As that convolution: its window, where the next layer takes its relu's gradient (so its
+  /// backward never reads its output); else null.
+  virtual const Conv2dParams* conv_forward_window() const { return nullptr; }
+  /// Calls fn(w, b, y) with its weights and bias for this step (b may be empty) and its output
+  /// buffer for n rows; only where conv_forward_window() is not null.
+  virtual void conv_forward_args(
+      Context& /*c*/, int64_t /*n*/,
+      const std::function<void(const Tensor&, const Tensor&, const Tensor&)>& /*fn*/) {}
+  /// As the max pooling: whether it can take `conv`'s forward into its own (at plan time; conv's
+  /// conv_forward_window() is not null).
+  virtual bool takes_conv_forward(const Context& /*c*/, const Layer& /*conv*/) const { return false; }
+  /// Its forward, and `conv`'s, from conv's input x in one op; returns this layer's output. conv's
+  /// output is left unwritten; conv.forward_rows_done(x) is called.
+  virtual Tensor forward_with_conv(Context& c, const Tensor& x, Layer& conv);
 
   // Plan-time fusion of an activation layer into the batch norm before it, decided by the
   // Sequence (docs/cpu-performance.md, "Batch norm and the activation after it").
@@ -355,6 +376,12 @@ class Sequence {
   Tensor forward_in_pieces(Context& c, const PieceRun& run, const Tensor& x);
   std::vector<Step> steps_;
   std::vector<PieceRun> pieces_;  // in step order, not overlapping
+  /// Adds the step just added, a max pooling, to conv_pool_ where it takes the forward of the
+  /// convolution before it (Layer::takes_conv_forward).
+  void plan_conv_pool(const Context& c);
+  /// The steps i whose convolution (i) and max pooling (i + 1) run their training forward in one
+  /// op (Layer::forward_with_conv), in step order.
+  std::vector<size_t> conv_pool_;
   /// The step whose backward takes the weight gradients of step `first`, a convolution
   /// (Layer::backward_with_conv): a max pooling right after it, or a dense layer after a reshape
   /// of it; 0 where there is none.

@@ -314,6 +314,8 @@ Tensor Model::input_grad() const {
 
 // ---- numerics --------------------------------------------------------------------
 
+void Model::keep_layer_outputs(bool keep) { impl_->c.keep_outputs = keep; }
+
 std::string Model::first_nonfinite_forward() {
   Impl& m = *impl_;
   for (nn::Layer* l : m.order) {

@@ -191,6 +191,11 @@ class Model {
   Tensor input_grad() const;
 
   // ---- numerics ------------------------------------------------------------
+  /// Whether every layer's output is written in a training step, for reading after it
+  /// (layer_tensors, first_nonfinite_forward): off by default, where a convolution whose output
+  /// nothing else reads may run in one op with the max pooling after it and leave it unwritten
+  /// (its layer_tensors output is then empty).
+  void keep_layer_outputs(bool keep);
   /// After forward(): the first layer whose output holds inf/NaN, "" if none.
   std::string first_nonfinite_forward();
   /// After backward(): the first layer (from the output back) whose input gradient

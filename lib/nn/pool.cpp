@@ -73,6 +73,28 @@ class Pool : public Layer {
     return y_.at(x.shape[0]);
   }
 
+  // The convolution's forward in this layer's forward op, in a training step (Backend::conv_max_pool_forward;
+  // docs/cpu-performance.md, "The first convolution's forward with max pooling"): the backward then
+  // routes dy from the argmax and reads neither the convolution's output nor the relu's.
+  bool takes_conv_forward(const Context& c, const Layer& conv) const override {
+    const Conv2dParams* cp = conv.conv_forward_window();
+    const Shape ci = conv.in_shape(), co = conv.out_shape();
+    return relu_input_ && !argmax_.empty() && cp && conv.dtype() == dtype_ &&
+           c.be->conv_max_pool_forward_fuses(*cp, with_batch(1, ci), Shape{co[2], cp->R, cp->S, ci[2]}, dtype_, p_);
+  }
+  Tensor forward_with_conv(Context& c, const Tensor& x, Layer& conv) override {
+    const int64_t n = x.shape[0];
+    MPX_CHECK(conv.conv_forward_window() && !argmax_.empty());
+    const Tensor y = y_.at(n), argmax = argmax_.at(n);
+    conv.conv_forward_args(c, n, [&](const Tensor& w, const Tensor& b, const Tensor& conv_y) {
+      c.be->conv_max_pool_forward(*conv.conv_forward_window(), x, w, b, conv_y, p_, y, argmax);
+      x_ = conv_y;  // its shape for the backward's checks; its contents are not read
+    });
+    argmax_kept_ = true;
+    conv.forward_rows_done(x);
+    return y;
+  }
+
   // The first convolution's weight gradients in this layer's backward op
   // (Backend::max_pool_conv_backward; docs/cpu-performance.md, "Max pooling's backward in the
   // first convolution's weight gradient").

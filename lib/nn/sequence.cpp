@@ -304,6 +304,7 @@ void Sequence::add_step(Context& c, std::unique_ptr<Layer> layer, DType in_dtype
   s.layer = std::move(layer);
   steps_.push_back(std::move(s));
   plan_pieces(c);
+  plan_conv_pool(c);
 }
 
 void Sequence::enable_input_grad(Context& c) {
@@ -318,12 +319,27 @@ Tensor Sequence::forward(Context& c, const Tensor& x) {
   const int64_t n = x.shape[0];
   Tensor h = x;
   auto run = pieces_.begin();
+  auto conv_pool = conv_pool_.begin();
+  const bool fused_fwd = c.training && !c.keep_outputs;  // the convolution's output is not read
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
     if (!s.in_cast.empty()) {
       const Tensor t = s.in_cast.at(n);
       c.be->cast(h, t);
       h = t;
+    }
+    if (conv_pool != conv_pool_.end() && *conv_pool == i) {
+      ++conv_pool;
+      if (fused_fwd) {
+        // The convolution and the pooling in one op; a run of pieces from the convolution is left,
+        // and the steps after the pooling in it run on the whole batch.
+        h = steps_[i + 1].layer->forward_with_conv(c, h, *s.layer);
+        s.layer->last_out = Tensor();  // never written
+        steps_[i + 1].layer->last_out = h;
+        while (run != pieces_.end() && run->first <= i + 1) ++run;
+        ++i;
+        continue;
+      }
     }
     if (run != pieces_.end() && run->first == i && n > run->rows) {
       h = forward_in_pieces(c, *run, h);

@@ -179,6 +179,7 @@ std::unique_ptr<Model> Session::make_model(int64_t batch) const { return make_mo
 
 std::unique_ptr<Model> Session::make_model(int64_t batch, Policy policy, const Config& cfg) const {
   auto m = std::make_unique<Model>(cfg, policy, *backend_, H_, W_, C_, K_, batch);
+  m->keep_layer_outputs(cfg.debug.check_numerics);  // it scans every layer's output after each step
   if (plan_only_) return m;  // never runs: the normalization is for training's data
   std::vector<double> mean = cfg.data.mean, stdv = cfg.data.std;
   if (mean.empty() || stdv.empty()) default_normalization(cfg.data.dataset, mean, stdv);

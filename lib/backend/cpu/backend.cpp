@@ -228,6 +228,20 @@ class CpuBackend final : public Backend {
     }
     Backend::max_pool_conv_backward_impl(p, x, y, dy, dx, argmax, cp, conv_x, conv_dw, conv_db);
   }
+  void conv_max_pool_forward_impl(const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
+                                  const Tensor& conv_y, const PoolParams& p, const Tensor& y,
+                                  const Tensor& argmax) override {
+    {
+      OpTimer t(times_, "conv_max_pool_forward");
+      if (cpu::conv_max_pool_forward(ctx_, cp, x, w, bias, conv_y, p, y, argmax)) return;
+      t.discard();
+    }
+    Backend::conv_max_pool_forward_impl(cp, x, w, bias, conv_y, p, y, argmax);
+  }
+  bool conv_max_pool_forward_fuses_impl(const Conv2dParams& cp, const Shape& x, const Shape& w, DType t,
+                                        const PoolParams& p, const Shape& conv_y) const override {
+    return cpu::conv_max_pool_forward_fuses(ctx_.winograd, cp, x, w, t, p, conv_y);
+  }
   void global_avg_pool_relu_backward_impl(const Tensor& x, const Tensor& dy, const Tensor& dx) override {
     MPX_OP_TIMER("global_avg_pool_relu_backward");
     cpu::global_avg_pool_relu_backward(ctx_, x, dy, dx);

@@ -55,6 +55,14 @@ bool dense_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tenso
 bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& dw,
                          const Tensor& db, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
                          const Tensor& conv_db);
+/// Backend::conv_max_pool_forward: each window's rows of the convolution's relu output pooled as
+/// they are computed, where the pooling keeps its argmax (argmax given) and the convolution runs
+/// on the few-channel kernel (conv2d_forward_pooled); false: nothing done, run the ops one after
+/// the other. conv_max_pool_forward_fuses: whether it would, from the shapes (at plan time).
+bool conv_max_pool_forward(Context& ctx, const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& conv_y, const PoolParams& pp, const Tensor& y, const Tensor& argmax);
+bool conv_max_pool_forward_fuses(WinogradMode configured, const Conv2dParams& cp, const Shape& x, const Shape& w,
+                                 DType t, const PoolParams& pp, const Shape& conv_y);
 // conv.cpp
 struct WgradDyRows;  // conv/conv_wgrad_small.h
 /// conv2d_backward_filter with dy's rows from `rows` (never stored), where the chooser gives the
@@ -62,6 +70,16 @@ struct WgradDyRows;  // conv/conv_wgrad_small.h
 /// list names it "convolution backward weights with <source>".
 bool conv2d_backward_filter_routed(Context& ctx, const Conv2dParams& p, const Tensor& x, const WgradDyRows& rows,
                                    const Tensor& dw, const Tensor& db, const char* source);
+struct FwdPoolRows;  // conv/conv_fwd_small.h
+/// Whether conv2d_forward_pooled takes this convolution (relu; x, w and the output in t):
+/// where the chooser gives its pooled forward to the few-channel kernel. `configured`: the
+/// config's cpu.winograd, as the op's chooser sees it.
+bool conv2d_forward_pools(WinogradMode configured, const Conv2dParams& p, const Shape& x, const Shape& w, DType t);
+/// conv2d_forward with relu whose output rows go to `pool` a pooling window at a time, never
+/// stored (conv_fwd_small_pooled); y: the output's tensor, which is not written. False: nothing
+/// done (the chooser gives the shape another kernel).
+bool conv2d_forward_pooled(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& y, const FwdPoolRows& pool);
 // pieces.cpp: the rules of the forward in pieces of the batch (Backend::dense_input_piece_rows,
 // max_pool_input_piece_rows, conv2d_forward_in_pieces; docs/cpu-performance.md, "Pieces of the
 // batch").

@@ -39,7 +39,8 @@ enum ConvOp : int64_t {
   kConvBwdData = 102,
   kConvBwdFilter = 103,
   kConvChoice = 110,
-  kConvRouted = 111  // the routed weight gradient's kernels-list entry (conv2d_backward_filter_routed)
+  kConvRouted = 111,  // the routed weight gradient's kernels-list entry (conv2d_backward_filter_routed)
+  kConvPooled = 112   // the pooled forward's kernels-list entry (conv2d_forward_pooled)
 };
 
 PlanKey conv_key(ConvOp op, const Conv2dParams& p, const Geo& g, int64_t flags) {
@@ -176,7 +177,7 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
   q.configured = ctx.winograd;
   PlanKey k = conv_key(kConvChoice, q.p, q.g, static_cast<int64_t>(q.pass));
   k << static_cast<int64_t>(q.in) << static_cast<int64_t>(q.out) << act_key(q.act) << (q.keep_pre ? 1 : 0)
-    << (q.native_refused ? 1 : 0) << (q.w_bf16 ? 1 : 0);
+    << (q.native_refused ? 1 : 0) << (q.w_bf16 ? 1 : 0) << (q.pooled ? 1 : 0);
   return ctx.plan<ChoicePlan>(k, [&] {
            // Owned until returned: the chooser throws on a bad switch value (exit 2).
            auto c = std::make_unique<ChoicePlan>();
@@ -254,6 +255,46 @@ void conv2d_forward(Context& ctx, const Conv2dParams& p, const Tensor& x, const 
   const Activation fused = conv_post_op(act, pre);
   run_forward(ctx, conv_fwd_plan(ctx, p, g, bf != nullptr, fused), xf, wf, bf, yf);
   activation_epilogue(fused.is_none() ? act : Activation::None, yf, y, pre);
+}
+
+namespace {
+
+ConvQuery pooled_query(const Conv2dParams& p, const Geo& g, DType t, bool w_bf16) {
+  ConvQuery q = query(ConvPass::Forward, p, g, t, t);
+  q.act = Activation::Relu, q.w_bf16 = w_bf16, q.pooled = true;
+  return q;
+}
+
+}  // namespace
+
+bool conv2d_forward_pools(WinogradMode configured, const Conv2dParams& p, const Shape& x, const Shape& w, DType t) {
+  if (x.rank != 4 || w.rank != 4) return false;
+  ConvQuery q = pooled_query(p, geometry(p, x, w), t, t == DType::BF16);
+  q.configured = configured;
+  return choose_conv(q).kernel == ConvKernel::FewChannels;
+}
+
+bool conv2d_forward_pooled(Context& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& y, const FwdPoolRows& pool) {
+  const Geo g = geometry(p, x.shape, w.shape);
+  const ConvQuery q = pooled_query(p, g, x.dtype, w.dtype == DType::BF16);
+  const ConvChoice& c = choice(ctx, q);
+  if (c.kernel != ConvKernel::FewChannels) return false;
+  // Counted as conv2d_forward counts it: native 16-bit math where it multiplies in bfloat16 pairs
+  // (conv_native_forward with the native kernel not wanted only counts the op).
+  conv_native_forward(ctx, p, x, w, bias, y, Activation::Relu, Tensor(), false, fwd_small_dots(x.dtype, q.w_bf16));
+  PlanKey k = conv_key(kConvPooled, p, g, static_cast<int64_t>(x.dtype));
+  ctx.plan<Plan>(k, [&] {  // named once per shape (the plan is only the record)
+    ctx.note_kernel(conv_what("convolution forward with max pooling", g),
+                    c.name + ", each pooling window's rows pooled in cache, the output never stored");
+    return new Plan;
+  });
+  const float* wf = f32_in(ctx, kSlotW, w);
+  const float* bf = bias.empty() ? nullptr : f32_in(ctx, kSlotB, bias);
+  float* scratch = ctx.scratch(kSlotTmp0, conv_fwd_small_pooled_scratch(g, pool.window, omp_get_max_threads()));
+  conv_fwd_small_pooled(g, x.data, wf, bf, x.dtype, scratch,
+                        q.w_bf16 ? static_cast<const uint16_t*>(w.data) : nullptr, pool);
+  return true;
 }
 
 void conv2d_backward_data(Context& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,

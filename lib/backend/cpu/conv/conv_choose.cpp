@@ -90,13 +90,16 @@ bool needs_epilogue(const ConvQuery& q) { return fwd_small_epilogue(q.act, q.kee
 /// with AVX2 oneDNN's won or tied). Another activation or a kept pre-activation (the fast CIFAR
 /// recipe's whitening layer and its GELU), a 16-bit output and AVX-512: the kernel applies them
 /// to each output row in cache, where oneDNN writes a float32 tensor for a pass after; with a
-/// float32 output oneDNN's kernel and that pass were faster ("The first layer's epilogue").
+/// float32 output oneDNN's kernel and that pass were faster ("The first layer's epilogue"). Any
+/// output with a max pooling taking its rows (conv2d_forward_pooled): the output is never stored,
+/// which beat oneDNN's kernel and the pooling after it ("The first convolution's forward with max
+/// pooling").
 /// The switch first: a bad value is exit 2 on every net with a convolution.
 bool few_channel_forward(const ConvQuery& q) {
   if (!conv_fwd_small_enabled() || q.in != q.out || reference_loops() || !conv_fwd_small_applies(q.g)) return false;
   if (needs_epilogue(q)) return is_16bit(q.out) && kernel_isa() == KernelIsa::Avx512;
   if (q.g.K == 24) return false;  // measured only with an epilogue
-  if (is_16bit(q.out)) return true;
+  if (is_16bit(q.out) || q.pooled) return true;
   return q.out == DType::F32 && kernel_isa() == KernelIsa::Avx512 && (q.g.C == 1 || q.g.K != 32);
 }
 
@@ -212,8 +215,10 @@ ConvChoice forward(const ConvQuery& q, std::string why16) {
                       "1-4 input channels, 16/32/64 filters, 16-bit output: mpx's kernel rounds each output once "
                       "(bfloat16 in registers, float16 per row in cache)")
                : pick(ConvKernel::FewChannels, fmt::format("mpx:few-channels {}", conv_fwd_small_isa()),
-                      "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: mpx's kernel "
-                      "keeps each run of pixels' sums in registers over all taps");
+                      q.pooled ? "1-4 input channels, 16/32/64 filters, a max pooling after it: mpx's kernel pools "
+                                 "each window's rows in cache and never stores the output"
+                               : "1-4 input channels, 16/64 filters (32 with one channel), float32 with AVX-512: "
+                                 "mpx's kernel keeps each run of pixels' sums in registers over all taps");
   if (reference_loops()) return pick(ConvKernel::Reference, "mpx:reference loops", "MPX_CPU_REFERENCE=1");
   if (m > 0) return pick(ConvKernel::Winograd, winograd_name(m, DType::F32), "3x3 stride 1 on Winograd", m);
   return onednn(q, why16);

@@ -37,6 +37,7 @@ struct ConvQuery {
   Activation act = Activation::None;  // forward only
   bool keep_pre = false;              // forward only: the pre-activation is kept
   bool w_bf16 = false;                // forward only: w is a bfloat16 tensor (fwd_small_dots)
+  bool pooled = false;                // forward only: a max pooling takes the output (conv2d_forward_pooled)
   WinogradMode configured = WinogradMode::Auto;  // the config's cpu.winograd
   /// The native kernel was asked for and oneDNN has only its reference kernel (or none) for
   /// this op and shape: the op then asks again with this set, and the op is widened.

@@ -65,15 +65,18 @@ const char* conv_fwd_small_isa() { return winograd_isa(); }
 
 bool fwd_small_dots(DType io, bool w_bf16) { return io == DType::BF16 && w_bf16 && own_bf16_math(); }
 
-void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
-                    void* pre, void* y, DType io, float* scratch, const uint16_t* w16) {
+namespace {
+
+using RunFn = void (*)(const FwdSmallArgs&, int64_t, int64_t);
+
+/// The filters as [tap][Kp] (or, with dot products, as pairs), the bias padded to Kp, at the
+/// start of scratch; returns the build that runs.
+RunFn prepare(const conv_detail::Geo& g, const float* w, const float* b, DType io, const uint16_t* w16,
+              float* scratch) {
   const Layout l = layout(g);
   static auto* const by_cpu = by_isa(fsmall_base::run, fsmall_avx2::run, fsmall_avx512::run);
   const bool dots = fwd_small_dots(io, w16 != nullptr);
-  auto* const run = dots                                     ? fsmall_avx512bf16::run_dots
-                    : io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run
-                                                             : by_cpu;
-  const int64_t J = g.R * g.S * g.C, rows = g.N * g.P, Kp = fwd_small_filters(g);
+  const int64_t J = g.R * g.S * g.C, Kp = fwd_small_filters(g);
   float* wt = scratch;  // wt[j][k] = w[k][j], zeros for the filters past K
   auto* wp = reinterpret_cast<uint32_t*>(scratch);  // or wp[i][k]: w[k][2i], w[k][2i + 1] paired
   if (dots) {
@@ -89,16 +92,66 @@ void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, co
   }
   float* bias = scratch + l.wt;
   for (int64_t k = 0; k < Kp; ++k) bias[k] = b && k < g.K ? b[k] : 0.0f;
+  return dots                                     ? fsmall_avx512bf16::run_dots
+         : io == DType::BF16 && own_bf16_math() ? fsmall_avx512bf16::run
+                                                  : by_cpu;
+}
+
+/// Thread t's arguments: its buffers after the filters and the bias.
+FwdSmallArgs thread_args(const conv_detail::Geo& g, float* scratch, int t, bool relu, void* y, DType io) {
+  const Layout l = layout(g);
+  float* base = scratch + l.wt + l.b + l.per * t;
+  FwdSmallArgs a{};
+  a.g = &g, a.wt = scratch, a.b = scratch + l.wt, a.relu = relu, a.y = y, a.io = io;
+  a.xrows = base, a.yrow = base + l.xrows;
+  a.wp = reinterpret_cast<const uint32_t*>(scratch);
+  a.xpairs = reinterpret_cast<uint32_t*>(base + l.xrows + l.yrow);
+  return a;
+}
+
+}  // namespace
+
+void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
+                    void* pre, void* y, DType io, float* scratch, const uint16_t* w16) {
+  const RunFn run = prepare(g, w, b, io, w16, scratch);
+  const int64_t rows = g.N * g.P;
   const bool relu = act.kind == ActKind::Relu && !pre;
   const bool epilogue = fwd_small_epilogue(act, pre != nullptr);
   const int threads = omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    float* base = scratch + l.wt + l.b + l.per * t;
-    const FwdSmallArgs a{&g,  x,   wt, bias, relu, y, io, base, base + l.xrows, epilogue, act, pre,
-                         wp, reinterpret_cast<uint32_t*>(base + l.xrows + l.yrow)};
+    FwdSmallArgs a = thread_args(g, scratch, t, relu, y, io);
+    a.x = x, a.epilogue = epilogue, a.act = act, a.pre = pre;
     run(a, rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
+size_t conv_fwd_small_pooled_scratch(const conv_detail::Geo& g, int64_t window, int threads) {
+  // Each thread's window of output rows after the others' buffers, in floats (16-bit outputs
+  // take half of it).
+  return conv_fwd_small_scratch(g, threads) + static_cast<size_t>(whole_lines(window * g.Q * g.K) * threads);
+}
+
+void conv_fwd_small_pooled(const conv_detail::Geo& g, const void* x, const float* w, const float* b, DType io,
+                           float* scratch, const uint16_t* w16, const FwdPoolRows& pool) {
+  const RunFn run = prepare(g, w, b, io, w16, scratch);
+  const int threads = omp_get_max_threads();
+  const int64_t windows = g.N * pool.rows, room = whole_lines(pool.window * g.Q * g.K);
+  float* const rooms = scratch + conv_fwd_small_scratch(g, threads);
+  MPX_CHECK(pool.rows * pool.window <= g.P);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* const buf = rooms + room * t;
+    FwdSmallArgs a = thread_args(g, scratch, t, true, buf, io);
+    a.x = x;
+    for (int64_t wi = windows * t / nt; wi < windows * (t + 1) / nt; ++wi) {
+      const int64_t row0 = wi / pool.rows * g.P + wi % pool.rows * pool.window;  // image row * P + its first row
+      a.y_row0 = row0;
+      run(a, row0, row0 + pool.window);
+      pool.take(pool.ctx, wi, buf);
+    }
   }
 }
 

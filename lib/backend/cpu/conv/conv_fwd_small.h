@@ -48,6 +48,27 @@ size_t conv_fwd_small_scratch(const conv_detail::Geo& g, int threads);
 void conv_fwd_small(const conv_detail::Geo& g, const void* x, const float* w, const float* b, Activation act,
                     void* pre, void* y, DType io, float* scratch, const uint16_t* w16 = nullptr);
 
+/// The max pooling that takes conv_fwd_small's output as each of its windows' rows is computed
+/// (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The first convolution's forward
+/// with max pooling"): windows of `window` output rows that do not overlap, `rows` of them per
+/// image from the image's first output row (rows past rows * window are not computed).
+struct FwdPoolRows {
+  /// Pools window `row` (image row / rows, its window row % rows) from `src`, its `window`
+  /// output rows one after the other (Q x K elements each, the output's dtype).
+  void (*take)(const void* ctx, int64_t row, const void* src);
+  const void* ctx;
+  int64_t rows, window;
+};
+
+/// Floats of scratch conv_fwd_small_pooled needs with `threads` OpenMP threads.
+size_t conv_fwd_small_pooled_scratch(const conv_detail::Geo& g, int64_t window, int threads);
+
+/// conv_fwd_small with relu (no kept pre-activation) whose output rows go, a pooling window's
+/// rows at a time, to pool.take from a buffer in the thread's cache instead of to y: the same
+/// values pool.take would read from conv_fwd_small's y. Each thread takes whole windows.
+void conv_fwd_small_pooled(const conv_detail::Geo& g, const void* x, const float* w, const float* b, DType io,
+                           float* scratch, const uint16_t* w16, const FwdPoolRows& pool);
+
 /// Whether conv_fwd_small multiplies in bfloat16 pairs: bfloat16 x, y and w, and the CPU's
 /// bfloat16 dot products allowed (own_bf16_math()).
 bool fwd_small_dots(DType io, bool w_bf16);
@@ -75,6 +96,9 @@ struct FwdSmallArgs {
   // inputs, paired the same way.
   const uint32_t* wp = nullptr;
   uint32_t* xpairs = nullptr;
+  /// Output row `row` is stored at y + (row - y_row0) * Q * K (y: the whole output, or the
+  /// pooled forward's buffer of one window's rows); pre at pre + row * Q * K.
+  int64_t y_row0 = 0;
 };
 namespace fsmall_base { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }
 namespace fsmall_avx2 { void run(const FwdSmallArgs& a, int64_t row0, int64_t row1); }

@@ -116,7 +116,7 @@ void run_dots_t(const FwdSmallArgs& a, int64_t row0, int64_t row1) {
       }
     };
     if (!via_row) {
-      outputs(y + row * Q * K, K);
+      outputs(y + (row - a.y_row0) * Q * K, K);
       continue;
     }
     float* o = a.yrow;
@@ -124,9 +124,10 @@ void run_dots_t(const FwdSmallArgs& a, int64_t row0, int64_t row1) {
     if (Kp != K)  // the row's pixels to K filters each (in place, front to back)
       for (int64_t q = 1; q < Q; ++q) std::memmove(o + q * K, o + q * Kp, static_cast<size_t>(K) * 4);
     if (a.epilogue)
-      activation_epilogue_span(a.act, o, Q * K, y + row * Q * K, pre ? pre + row * Q * K : nullptr, DType::BF16);
+      activation_epilogue_span(a.act, o, Q * K, y + (row - a.y_row0) * Q * K, pre ? pre + row * Q * K : nullptr,
+                               DType::BF16);
     else
-      elem16::store_n<DType::BF16>(o, Q * K, y + row * Q * K);
+      elem16::store_n<DType::BF16>(o, Q * K, y + (row - a.y_row0) * Q * K);
   }
 }
 
