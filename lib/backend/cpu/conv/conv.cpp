@@ -183,8 +183,9 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
            auto c = std::make_unique<ChoicePlan>();
            c->choice = choose_conv(q);
            const ConvKernel kk = c->choice.kernel;
-           if (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 || kk == ConvKernel::FewChannels ||
-               kk == ConvKernel::WgradGemm || kk == ConvKernel::WgradAmx)
+           // (The pooled forward names its own entry: conv2d_forward_pooled.)
+           if (!q.pooled && (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 ||
+                             kk == ConvKernel::FewChannels || kk == ConvKernel::WgradGemm || kk == ConvKernel::WgradAmx))
              ctx.note_kernel(conv_what(pass_what(q.pass), q.g), c->choice.name);
            return c.release();
          })
