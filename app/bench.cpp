@@ -46,6 +46,7 @@ void run_bench(const BenchArgs& a) {
     j["kernels"] = nlohmann::ordered_json::array();
     for (const auto& k : r.kernels) j["kernels"].push_back({{"op", k.op}, {"impl", k.impl}});
     j["pieces"] = r.pieces;  // docs/cpu-performance.md, "Pieces of the batch"
+    j["conv_pool"] = r.conv_pool;  // "The first convolution's forward with max pooling"
     // The algorithm, math type and workspace of every cuDNN / cuBLASLt plan (docs/gpu.md).
     j["plans"] = nlohmann::ordered_json::array();
     for (const PlanReport& p : r.plans)
@@ -83,6 +84,7 @@ void run_bench(const BenchArgs& a) {
     if (!r.kernels.empty()) std::cout << "kernels\n";
     for (const auto& k : r.kernels) std::cout << fmt::format("  {:<16} {}\n", k.impl, k.op);
     for (const std::string& p : r.pieces) std::cout << fmt::format("forward      {}\n", p);
+    for (const std::string& p : r.conv_pool) std::cout << fmt::format("forward      {}\n", p);
   }
   command_exit_code() = kExitOk;
 }

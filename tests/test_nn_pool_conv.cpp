@@ -35,6 +35,7 @@ struct Result {
   std::vector<float> grads;
   std::string route;      // the kernels list's entry for the route, or ""
   std::string fwd_route;  // the pooled forward's entry, or ""
+  std::vector<std::string> pieces, conv_pool;  // Model::piece_runs, conv_pool_runs
 };
 
 Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool keep_outputs = false,
@@ -42,11 +43,13 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool k
   if (!fuse) setenv("MPX_CPU_FUSE", "0", 1);
   auto be = create_backend("cpu");
   LayerConfig conv = conv_layer(32, 3, 1, Padding::Valid, ActivationName::Relu), dense = dense_layer(kClasses);
+  LayerConfig pool = support::pool_layer(LayerType::MaxPool, 2);
   conv.name = "conv";
+  pool.name = "pool";
   dense.name = "logits";
   dense.dtype = LayerDType::Float32;
   Model m(support::model_config(
-              {conv, support::pool_layer(LayerType::MaxPool, 2), make_layer(LayerType::Flatten), dense}),
+              {conv, pool, make_layer(LayerType::Flatten), dense}),
           policy, *be, kH, kW, kC, kClasses, kMaxBatch);
   unsetenv("MPX_CPU_FUSE");
   m.init_params(13);
@@ -55,6 +58,8 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool k
   Result r;
   r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
   if (tensors) *tensors = m.layer_tensors();
+  r.pieces = m.piece_runs();
+  r.conv_pool = m.conv_pool_runs();
   for (const KernelChoice& k : be->kernels()) {
     if (k.op.find("with max pooling's backward") != std::string::npos) r.route = k.impl;
     if (k.op.find("convolution forward with max pooling") != std::string::npos) r.fwd_route = k.impl;
@@ -108,6 +113,13 @@ TEST_CASE("keep_layer_outputs: every layer's output written, the convolution and
     const Result on = run(policy, true, 16, false, true, &kept), off = run(policy, true, 16, false, false, &fused);
     CHECK(on.fwd_route.empty());
     CHECK(off.fwd_route.empty() == !runs);
+    // As `mpx bench` reports them: the pair in one op, and no run of pieces that it replaces
+    // (float32's conv -> pool run, taken when the outputs are kept).
+    CHECK(on.conv_pool.empty());
+    CHECK(off.conv_pool == (runs ? std::vector<std::string>{"conv -> pool in one op"} : std::vector<std::string>{}));
+    if (runs && policy == Policy::Float32)
+      CHECK(on.pieces == std::vector<std::string>{"conv -> pool in pieces of 16 rows"});
+    if (runs) CHECK(off.pieces.empty());
     REQUIRE(kept.size() == fused.size());
     REQUIRE(kept.front().name == "conv");
     // The convolution's output: there when kept, left empty where the forward went in one op.

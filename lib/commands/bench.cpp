@@ -151,6 +151,7 @@ BenchResult bench(const Config& cfg, int64_t steps, int64_t warmup) {
   r.library = be.library();
   r.kernels = be.kernels();
   r.pieces = engine.model().piece_runs();
+  r.conv_pool = engine.model().conv_pool_runs();
   r.plans = be.plans();
   r.math16 = be.math16();
   return r;

@@ -27,6 +27,8 @@ struct BenchResult {
   std::vector<KernelChoice> kernels;
   /// The layers whose forward ran in pieces of the batch (Model::piece_runs).
   std::vector<std::string> pieces;
+  /// The convolutions and max poolings whose forward ran in one op (Model::conv_pool_runs).
+  std::vector<std::string> conv_pool;
   /// The cuDNN / cuBLASLt plans the backend chose (empty on the CPU).
   std::vector<PlanReport> plans;
   /// How the 16-bit convolutions and dense layers ran (CPU: native kernels or widened).

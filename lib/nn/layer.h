@@ -354,8 +354,13 @@ class Sequence {
   /// Every layer of step i (nested ones included).
   void collect_step(size_t i, std::vector<const Layer*>& out) const { steps_[i].layer->collect_backward(out); }
   /// The runs of steps whose forward goes in pieces of the batch, as "a -> b -> c in pieces of
-  /// 16 rows" (docs/cpu-performance.md, "Pieces of the batch").
-  std::vector<std::string> piece_runs() const;
+  /// 16 rows" (docs/cpu-performance.md, "Pieces of the batch"); with `fused`, as a training step
+  /// takes them where a convolution and the max pooling after it run in one op (a run that starts
+  /// at such a pair is not taken).
+  std::vector<std::string> piece_runs(bool fused = false) const;
+  /// The convolutions and max poolings whose training forward runs in one op, as "a -> b in one
+  /// op" (docs/cpu-performance.md, "The first convolution's forward with max pooling").
+  std::vector<std::string> conv_pool_runs() const;
 
  private:
   struct Step {

@@ -401,7 +401,10 @@ std::string Model::summary_table() const {
   return s;
 }
 
-std::vector<std::string> Model::piece_runs() const { return impl_->seq.piece_runs(); }
+std::vector<std::string> Model::piece_runs() const { return impl_->seq.piece_runs(!impl_->c.keep_outputs); }
+std::vector<std::string> Model::conv_pool_runs() const {
+  return impl_->c.keep_outputs ? std::vector<std::string>() : impl_->seq.conv_pool_runs();
+}
 
 MemoryReport Model::memory_report() const {
   const nn::Context& c = impl_->c;

@@ -56,13 +56,21 @@ void Sequence::plan_pieces(const Context& c) {
   if (writes) pieces_.push_back(PieceRun{first, last, rows});
 }
 
-std::vector<std::string> Sequence::piece_runs() const {
+std::vector<std::string> Sequence::piece_runs(bool fused) const {
   std::vector<std::string> out;
   for (const PieceRun& r : pieces_) {
+    if (fused && std::find(conv_pool_.begin(), conv_pool_.end(), r.first) != conv_pool_.end()) continue;
     std::string names;
     for (size_t i = r.first; i <= r.last; ++i) names += (i > r.first ? " -> " : "") + steps_[i].layer->name();
     out.push_back(fmt::format("{} in pieces of {} rows", names, r.rows));
   }
+  return out;
+}
+
+std::vector<std::string> Sequence::conv_pool_runs() const {
+  std::vector<std::string> out;
+  for (const size_t i : conv_pool_)
+    out.push_back(fmt::format("{} -> {} in one op", steps_[i].layer->name(), steps_[i + 1].layer->name()));
   return out;
 }
 
