@@ -214,22 +214,17 @@ class Layer {
   /// gradient kept; only where takes_conv_weight_grads().
   virtual void backward_with_conv(Context& /*c*/, const Tensor& /*dy*/, Layer& /*conv*/) {}
 
-  // The forward of a convolution and of the max pooling right after it in one op, decided by the
-  // Sequence (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The first convolution's
-  // forward with max pooling"): in a training step, where nothing reads the convolution's output.
-  /// As that convolution: its window, where the next layer takes its relu's gradient (so its
-  /// backward never reads its output); else null.
+  // A convolution's training forward in one op with the max pooling right after it, decided by
+  // the Sequence (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The first
+  // convolution's forward with max pooling").
+  /// As that convolution: its window where the next layer takes its relu's gradient, else null.
   virtual const Conv2dParams* conv_forward_window() const { return nullptr; }
-  /// Calls fn(w, b, y) with its weights and bias for this step (b may be empty) and its output
-  /// buffer for n rows; only where conv_forward_window() is not null.
-  virtual void conv_forward_args(
-      Context& /*c*/, int64_t /*n*/,
-      const std::function<void(const Tensor&, const Tensor&, const Tensor&)>& /*fn*/) {}
-  /// As the max pooling: whether it can take `conv`'s forward into its own (at plan time; conv's
-  /// conv_forward_window() is not null).
+  /// Calls fn(w, b, y): its weights and bias (b may be empty), its output buffer for n rows.
+  virtual void conv_forward_args(Context& /*c*/, int64_t /*n*/,
+                                 const std::function<void(const Tensor&, const Tensor&, const Tensor&)>& /*fn*/) {}
+  /// As the max pooling: whether it takes `conv`'s forward into its own (asked at plan time).
   virtual bool takes_conv_forward(const Context& /*c*/, const Layer& /*conv*/) const { return false; }
-  /// Its forward, and `conv`'s, from conv's input x in one op; returns this layer's output. conv's
-  /// output is left unwritten; conv.forward_rows_done(x) is called.
+  /// Both forwards from conv's input x; returns this layer's output, conv's left unwritten.
   virtual Tensor forward_with_conv(Context& c, const Tensor& x, Layer& conv);
 
   // Plan-time fusion of an activation layer into the batch norm before it, decided by the

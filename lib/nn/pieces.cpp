@@ -19,19 +19,6 @@ Tensor Layer::forward_rows_done(const Tensor&) {
   throw std::logic_error(name() + ": forward_rows_done on a layer that does not forward by rows");
 }
 
-Tensor Layer::forward_with_conv(Context&, const Tensor&, Layer&) {
-  throw std::logic_error(name() + ": forward_with_conv on a layer that does not take a convolution's forward");
-}
-
-void Sequence::plan_conv_pool(const Context& c) {
-  // The new last step and the one before it, with no cast between them; MPX_CPU_FUSE=0 turns
-  // this off as every plan-time fusion.
-  const size_t last = steps_.size() - 1;
-  if (last == 0 || !fuse_ || !steps_[last].in_cast.empty()) return;
-  const Layer& conv = *steps_[last - 1].layer;
-  if (conv.conv_forward_window() && steps_[last].layer->takes_conv_forward(c, conv)) conv_pool_.push_back(last - 1);
-}
-
 void Sequence::plan_pieces(const Context& c) {
   // The new last step, when it asks for pieces, and the steps before it that forward by rows
   // with no cast between them (the run's first step may have a cast: it runs on the whole
@@ -64,13 +51,6 @@ std::vector<std::string> Sequence::piece_runs(bool fused) const {
     for (size_t i = r.first; i <= r.last; ++i) names += (i > r.first ? " -> " : "") + steps_[i].layer->name();
     out.push_back(fmt::format("{} in pieces of {} rows", names, r.rows));
   }
-  return out;
-}
-
-std::vector<std::string> Sequence::conv_pool_runs() const {
-  std::vector<std::string> out;
-  for (const size_t i : conv_pool_)
-    out.push_back(fmt::format("{} -> {} in one op", steps_[i].layer->name(), steps_[i + 1].layer->name()));
   return out;
 }
 

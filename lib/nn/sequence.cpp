@@ -400,16 +400,6 @@ Tensor Sequence::backward(Context& c, const Tensor& dy, bool need_dx) {
   return Tensor();
 }
 
-size_t Sequence::conv_grads_taker(size_t first) const {
-  if (!fuse_ || first + 1 >= steps_.size() || !steps_[first].layer->gives_conv_weight_grads()) return 0;
-  const Step& next = steps_[first + 1];
-  if (!next.in_cast.empty()) return 0;
-  if (next.layer->takes_conv_weight_grads()) return first + 1;  // a max pooling
-  if (first + 2 >= steps_.size() || !next.layer->passes_relu_through()) return 0;
-  const Step& dense = steps_[first + 2];  // a dense layer after a reshape
-  return dense.in_cast.empty() && dense.layer->takes_conv_weight_grads() ? first + 2 : 0;
-}
-
 int64_t Sequence::param_count(const Context& c) const {
   int64_t n = 0;
   for (const Step& s : steps_) n += s.layer->param_count(c);

@@ -184,8 +184,9 @@ const ConvChoice& choice(Context& ctx, ConvQuery q) {
            c->choice = choose_conv(q);
            const ConvKernel kk = c->choice.kernel;
            // (The pooled forward names its own entry: conv2d_forward_pooled.)
-           if (!q.pooled && (kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 ||
-                             kk == ConvKernel::FewChannels || kk == ConvKernel::WgradGemm || kk == ConvKernel::WgradAmx))
+           const bool own = kk == ConvKernel::Winograd || kk == ConvKernel::Winograd16 ||
+                            kk == ConvKernel::FewChannels || kk == ConvKernel::WgradGemm || kk == ConvKernel::WgradAmx;
+           if (own && !q.pooled)
              ctx.note_kernel(conv_what(pass_what(q.pass), q.g), c->choice.name);
            return c.release();
          })
