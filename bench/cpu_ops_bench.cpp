@@ -35,7 +35,8 @@
 // (Backend::dense_conv_backward: "The first convolution's weight gradient in the dense walk");
 // and the MNIST smoke net's max pooling backward then its first convolution's weight gradient,
 // against the two in one op (Backend::max_pool_conv_backward: "Max pooling's backward in the first
-// convolution's weight gradient").
+// convolution's weight gradient"), and its forward the same ways (Backend::conv_max_pool_forward:
+// "The first convolution's forward with max pooling").
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -314,8 +315,10 @@ double cold_median(int reps, F&& f) {
 }
 
 /// The MNIST smoke net's first convolution (relu) and 2x2 max pooling at its batch of 128: the
-/// pooling's forward (keeping the window positions); the backward as the ops one after the other (the pooling's, from the forward's window positions,
-/// then the weight gradient) and in one op (Backend::max_pool_conv_backward), caches cleared.
+/// pooling's forward (keeping the window positions); the backward as the ops one after the other
+/// (the pooling's, from the forward's window positions, then the weight gradient) and in one op
+/// (Backend::max_pool_conv_backward); the forward, a training step's and an evaluation's, as two
+/// ops and in one (Backend::conv_max_pool_forward); caches cleared.
 void smoke_pool_conv(int reps) {
   constexpr int64_t N = 128;
   std::printf("MNIST smoke net conv+pool forward and backward at batch %lld, %d reps (median ms), caches cleared "
@@ -361,6 +364,15 @@ void smoke_pool_conv(int reps) {
     std::printf("%-8s forward: convolution %7.3f ms, two ops %7.3f ms, one op %7.3f ms  two ops / one op %.2fx%s\n",
                 dtype_name(t), cfwd, ftwo, fone, ftwo / fone,
                 d.be->conv_max_pool_forward_fuses(p, x.shape, w.shape, t, pp) ? "" : " (the one op runs the two)");
+    // An evaluation's forward: no window positions.
+    const double etwo = cold_median(reps, [&] {
+      d.be->conv2d_forward(p, x, w, b, y, Activation::Relu);
+      d.be->pool_forward(pp, y, py);
+    });
+    const double eone = cold_median(reps, [&] { d.be->conv_max_pool_forward(p, x, w, b, y, pp, py, Tensor()); });
+    std::printf("%-8s evaluation's forward (no window positions): two ops %7.3f ms, one op %7.3f ms  two ops / one op "
+                "%.2fx\n",
+                dtype_name(t), etwo, eone, etwo / eone);
   }
 }
 

@@ -93,9 +93,12 @@ TEST_CASE("max_pool_conv_backward: the weight gradient of max_pool_relu_backward
             for (size_t i : {size_t{4}, 4 + K, 4 + row, 4 + row + K}) xv[i] = 0.0f;  // a window of zeros
             d.put(x, xv);
             const Tensor y = d.make(t, Shape{c.N, Ph, Qh, c.K}), am = d.make(DType::U8, y.shape);
-            REQUIRE(d.be->max_pool_keeps_argmax(pp, x.shape));
-            d.be->pool_forward(pp, x, y, am);
-            const Tensor argmax = keep ? am : Tensor();
+            // mpx's reference loops (MPX_CPU_REFERENCE=1) keep no window positions: the ops then
+            // work from y alone, and the sections that would keep them check that too.
+            const bool keeps = d.be->max_pool_keeps_argmax(pp, x.shape);
+            REQUIRE(keeps == !std::getenv("MPX_CPU_REFERENCE"));
+            const Tensor argmax = keep && keeps ? am : Tensor();
+            d.be->pool_forward(pp, x, y, argmax);
             std::vector<float> dyv;
             const Tensor dy = d.rand(rng, t, y.shape, &dyv);
             // The gradients in float32, or in the compute dtype (both are allowed).
@@ -130,8 +133,9 @@ TEST_CASE("max_pool_conv_backward: the weight gradient of max_pool_relu_backward
 TEST_CASE("conv_max_pool_forward: the pooling's output and window positions of conv2d_forward then pool_forward, bit "
           "for bit",
           "[backend][pool][fuse][fwd]") {
-  // The few-channel kernel pools each window's rows as it computes them where the pooling keeps
-  // its window positions; elsewhere (24 filters: no pooled forward; no argmax) the two ops run.
+  // The few-channel kernel pools each window's rows as it computes them where the pooling runs
+  // the kernels that keep its window positions, with them (a training step) or without (an
+  // evaluation); elsewhere (24 filters: no pooled forward) the two ops run.
   const PoolConvCase cases[] = {
       {"the MNIST smoke net's shape, C=1, K=32", {"", 5, 28, 28, 1, 32, 3, 3, 0, 0, 0, 0}, 2},
       {"an uncovered last row and column, C=1, K=16", {"", 3, 13, 13, 1, 16, 3, 3, 0, 0, 0, 0}, 2},
@@ -178,8 +182,11 @@ TEST_CASE("conv_max_pool_forward: the pooling's output and window positions of c
             const Tensor cy = d.make(t, Shape{c.N, P, Q, c.K}), cy2 = d.make(t, cy.shape);
             const Tensor y = d.make(t, Shape{c.N, P / cs.pool, Q / cs.pool, c.K}), y2 = d.make(t, y.shape);
             const Tensor am = d.make(DType::U8, y.shape), am2 = d.make(DType::U8, y.shape);
-            REQUIRE(d.be->max_pool_keeps_argmax(pp, cy.shape));
-            d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, keep ? am : Tensor());
+            // mpx's reference loops keep no window positions (as in the test above).
+            const bool keeps = d.be->max_pool_keeps_argmax(pp, cy.shape);
+            REQUIRE(keeps == !std::getenv("MPX_CPU_REFERENCE"));
+            const bool kept = keep && keeps;
+            d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, kept ? am : Tensor());
             const std::string route = entry_of(d, "convolution forward with max pooling");
             d.be->conv2d_forward(p, x, w, b, cy2, Activation::Relu);
             // Where conv2d_forward runs another kernel than the pooled forward's (float32 without
@@ -189,7 +196,7 @@ TEST_CASE("conv_max_pool_forward: the pooling's output and window positions of c
             const bool fused = own && c.K != 24;
             // conv2d_forward ran mpx's few-channel kernel
             const bool mpx_conv = entry_of(d, "convolution forward for").rfind("mpx:few-channels", 0) == 0;
-            if (fused && keep && !mpx_conv) {
+            if (fused && !mpx_conv) {
               PoolParams one = pp;
               one.R = one.S = one.stride_h = one.stride_w = 1;
               const Tensor own_y = d.make(t, cy.shape), am1 = d.make(DType::U8, cy.shape);
@@ -201,24 +208,24 @@ TEST_CASE("conv_max_pool_forward: the pooling's output and window positions of c
               CHECK(far == 0);
               d.be->copy(cy2, own_y);
             }
-            d.be->pool_forward(pp, cy2, y2, keep ? am2 : Tensor());
+            d.be->pool_forward(pp, cy2, y2, kept ? am2 : Tensor());
             CHECK(bytes_of(d, y) == bytes_of(d, y2));
-            if (keep) CHECK(bytes_of(d, am) == bytes_of(d, am2));
+            if (kept) CHECK(bytes_of(d, am) == bytes_of(d, am2));
             // Not vacuous: positive outputs, the NaN carried (mpx's kernel keeps it through relu),
             // and windows won past their first position.
             int64_t positive = 0, nan = 0, moved = 0;
             for (float v : d.get(y2)) positive += v > 0, nan += std::isnan(v);
             std::vector<uint8_t> pos(static_cast<size_t>(am2.numel()));
-            if (keep) d.be->download(pos.data(), am2);
+            if (kept) d.be->download(pos.data(), am2);
             for (uint8_t a : pos) moved += a != 0;
             CHECK(positive > 0);
-            if ((fused && keep) || mpx_conv) CHECK(nan > 0);
-            if (keep) CHECK(moved > 0);
-            // The route: where the window positions are kept and the few-channel kernel takes the
-            // pooled forward (16/32/64 filters, mpx's loops not switched off), as the query says.
+            if (fused || mpx_conv) CHECK(nan > 0);
+            if (kept) CHECK(moved > 0);
+            // The route: where the few-channel kernel takes the pooled forward (16/32/64 filters,
+            // mpx's loops not switched off), with the window positions or without, as the query says.
             CHECK(d.be->conv_max_pool_forward_fuses(p, x.shape, w.shape, t, pp) == fused);
             INFO("route: '" << route << "'");
-            if (keep && fused)
+            if (fused)
               CHECK(route.find("each pooling window's rows pooled in cache, the output never stored") !=
                     std::string::npos);
             else
@@ -236,7 +243,13 @@ TEST_CASE("conv_max_pool_forward: tensors that do not fit together are refused, 
   pp.R = pp.S = pp.stride_h = pp.stride_w = 2;
   const Tensor x = d.make(DType::F32, Shape{2, 10, 10, 1}), w = d.make(DType::F32, Shape{16, 3, 3, 1});
   const Tensor b = d.make(DType::F32, Shape{16}), cy = d.make(DType::F32, Shape{2, 8, 8, 16});
-  const Tensor y = d.make(DType::F32, Shape{2, 4, 4, 16}), am = d.make(DType::U8, y.shape);
+  const Tensor y = d.make(DType::F32, Shape{2, 4, 4, 16}), u8 = d.make(DType::U8, y.shape);
+  // mpx's reference loops (MPX_CPU_REFERENCE=1) keep no window positions: an argmax is refused
+  // there, and the checks below run without one.
+  const bool keeps = d.be->max_pool_keeps_argmax(pp, cy.shape);
+  const Tensor am = keeps ? u8 : Tensor();
+  if (!keeps)
+    CHECK_THROWS_WITH(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, u8), Catch::Contains("keeps no argmax"));
   CHECK_NOTHROW(d.be->conv_max_pool_forward(p, x, w, b, cy, pp, y, am));
   // conv_y must be the convolution's output, y the pooling's.
   const Tensor cy9 = d.make(DType::F32, Shape{2, 9, 9, 16});
@@ -266,7 +279,9 @@ TEST_CASE("max_pool_conv_backward: tensors that do not fit together are refused,
   pp.R = pp.S = pp.stride_h = pp.stride_w = 2;
   const Tensor cx = d.make(DType::F32, Shape{2, 10, 10, 1}), x = d.make(DType::F32, Shape{2, 8, 8, 16});
   const Tensor y = d.make(DType::F32, Shape{2, 4, 4, 16}), dy = d.make(DType::F32, y.shape);
-  const Tensor dx = d.make(DType::F32, x.shape), am = d.make(DType::U8, y.shape);
+  const Tensor dx = d.make(DType::F32, x.shape), u8 = d.make(DType::U8, y.shape);
+  // Without window positions under mpx's reference loops (as above).
+  const Tensor am = d.be->max_pool_keeps_argmax(pp, x.shape) ? u8 : Tensor();
   const Tensor dw = d.make(DType::F32, Shape{16, 3, 3, 1}), db = d.make(DType::F32, Shape{16});
   CHECK_NOTHROW(d.be->max_pool_conv_backward(pp, x, y, dy, dx, am, p, cx, dw, db));
   // x must be the convolution's output: 8x8 from 10x10 with a 3x3 window, 16 filters.

@@ -5,9 +5,10 @@
 // relu's gradient the max pooling right after it computes and no input gradient is asked for. Every
 // gradient the same bits as with MPX_CPU_FUSE=0 (each op on its own), in float32, mixed_bfloat16
 // and mixed_float16; the route named in the kernels list where it runs; a frozen convolution (not
-// updated) leaves it out. The training forward of the same two layers in one op as well
+// updated) leaves it out. The forward of the same two layers in one op as well
 // (Backend::conv_max_pool_forward; "The first convolution's forward with max pooling"), named in
-// the kernels list, the gradients still the bits of the ops one after the other.
+// the kernels list, the gradients still the bits of the ops one after the other; an evaluation's
+// forward in one op too (no window positions), its logits the training forward's bits.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -36,6 +37,8 @@ struct Result {
   std::string route;      // the kernels list's entry for the route, or ""
   std::string fwd_route;  // the pooled forward's entry, or ""
   std::vector<std::string> pieces, conv_pool;  // Model::piece_runs, conv_pool_runs
+  std::vector<float> train_logits, eval_logits;  // a training forward's and an evaluation's, after the step
+  bool eval_conv_out = false;                    // the evaluation wrote the convolution's output
 };
 
 Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool keep_outputs = false,
@@ -58,6 +61,16 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool k
   Result r;
   r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
   if (tensors) *tensors = m.layer_tensors();
+  {
+    std::vector<uint8_t> xh(static_cast<size_t>(n * kH * kW * kC));
+    for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * 53 + i / 5) % 256);
+    Buffer xb = be->alloc(xh.size(), "test input");
+    const Tensor x = xb.view(DType::U8, Shape{n, kH, kW, kC});
+    be->upload(x, xh.data());
+    r.train_logits = support::download_f32(*be, m.forward(x, true, 7, 4));
+    r.eval_logits = support::download_f32(*be, m.forward(x, false));
+    r.eval_conv_out = !m.layer_tensors().front().output.empty();
+  }
   r.pieces = m.piece_runs();
   r.conv_pool = m.conv_pool_runs();
   for (const KernelChoice& k : be->kernels()) {
@@ -130,4 +143,36 @@ TEST_CASE("keep_layer_outputs: every layer's output written, the convolution and
     REQUIRE(on.grads.size() == off.grads.size());
     CHECK(std::memcmp(on.grads.data(), off.grads.data(), on.grads.size() * 4) == 0);
   }
+}
+
+TEST_CASE("an evaluation's forward: the convolution and the max pooling in one op, the training forward's logits",
+          "[nn][fuse]") {
+  const char* fwd = std::getenv("MPX_CONV_FORWARD");
+  const bool runs = !std::getenv("MPX_CPU_REFERENCE") && !(fwd && std::string(fwd) != "auto");
+  for (const Policy policy : {Policy::Float32, Policy::MixedBFloat16, Policy::MixedFloat16})
+    for (const int64_t n : {int64_t{kMaxBatch}, int64_t{5}}) {
+      INFO(policy_name(policy) << ", batch " << n);
+      const Result on = run(policy, true, n), off = run(policy, false, n);
+      // One op where the route runs: the convolution's output never written.
+      CHECK(on.eval_conv_out == !runs);
+      CHECK(off.eval_conv_out);
+      // No dropout or batch norm: an evaluation gives the training forward's logits, bit for bit,
+      // the pooled forward with or without its window positions.
+      REQUIRE(on.eval_logits.size() == static_cast<size_t>(n * kClasses));
+      CHECK(std::memcmp(on.eval_logits.data(), on.train_logits.data(), on.eval_logits.size() * 4) == 0);
+      CHECK(std::memcmp(off.eval_logits.data(), off.train_logits.data(), off.eval_logits.size() * 4) == 0);
+      // Against the ops one after the other: the few-channel kernel's bits where conv2d_forward runs
+      // it too (16-bit outputs; float32 without AVX-512 runs oneDNN's kernel), else within float32
+      // rounding of the sums.
+      int64_t far = 0;
+      double mag = 0;
+      for (size_t i = 0; i < on.eval_logits.size(); ++i) {
+        const float a = on.eval_logits[i], b = off.eval_logits[i];
+        mag += std::fabs(b);
+        const float tol = policy == Policy::Float32 ? 1e-4f * (1.0f + std::fabs(b)) : 0.0f;
+        if (!(std::fabs(a - b) <= tol)) ++far;
+      }
+      CHECK(far == 0);
+      CHECK(mag > 0);
+    }
 }

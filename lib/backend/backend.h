@@ -157,11 +157,13 @@ class Backend {
   /// each window's rows as they are computed and never store conv_y (docs/cpu-performance.md, "The
   /// first convolution's forward with max pooling"). A model calls it only where
   /// conv_max_pool_forward_fuses says so, and only when nothing reads the convolution's output
-  /// later: the pooling's backward then works from argmax.
+  /// later: in a training step the pooling's backward then works from argmax; an evaluation's
+  /// forward passes no argmax.
   void conv_max_pool_forward(const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
                              const Tensor& conv_y, const PoolParams& p, const Tensor& y, const Tensor& argmax);
   /// Whether conv_max_pool_forward leaves conv_y unwritten for these shapes (x [N, H, W, C], w
-  /// [K, R, S, C], all in dtype t), with an argmax; false in the base (and the CUDA backend).
+  /// [K, R, S, C], all in dtype t), with an argmax or without; false in the base (and the CUDA
+  /// backend).
   bool conv_max_pool_forward_fuses(const Conv2dParams& cp, const Shape& x, const Shape& w, DType t,
                                    const PoolParams& p) const;
 

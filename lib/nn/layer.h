@@ -214,9 +214,9 @@ class Layer {
   /// gradient kept; only where takes_conv_weight_grads().
   virtual void backward_with_conv(Context& /*c*/, const Tensor& /*dy*/, Layer& /*conv*/) {}
 
-  // A convolution's training forward in one op with the max pooling right after it, decided by
-  // the Sequence (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The first
-  // convolution's forward with max pooling").
+  // A convolution's forward (training or evaluation) in one op with the max pooling right after
+  // it, decided by the Sequence (Backend::conv_max_pool_forward; docs/cpu-performance.md, "The
+  // first convolution's forward with max pooling").
   /// As that convolution: its window where the next layer takes its relu's gradient, else null.
   virtual const Conv2dParams* conv_forward_window() const { return nullptr; }
   /// Calls fn(w, b, y): its weights and bias (b may be empty), its output buffer for n rows.
@@ -349,11 +349,11 @@ class Sequence {
   /// Every layer of step i (nested ones included).
   void collect_step(size_t i, std::vector<const Layer*>& out) const { steps_[i].layer->collect_backward(out); }
   /// The runs of steps whose forward goes in pieces of the batch, as "a -> b -> c in pieces of
-  /// 16 rows" (docs/cpu-performance.md, "Pieces of the batch"); with `fused`, as a training step
-  /// takes them where a convolution and the max pooling after it run in one op (a run that starts
-  /// at such a pair is not taken).
+  /// 16 rows" (docs/cpu-performance.md, "Pieces of the batch"); with `fused`, as a step takes
+  /// them where a convolution and the max pooling after it run in one op (a run that starts at
+  /// such a pair is not taken).
   std::vector<std::string> piece_runs(bool fused = false) const;
-  /// The convolutions and max poolings whose training forward runs in one op, as "a -> b in one
+  /// The convolutions and max poolings whose forward runs in one op, as "a -> b in one
   /// op" (docs/cpu-performance.md, "The first convolution's forward with max pooling").
   std::vector<std::string> conv_pool_runs() const;
 

@@ -217,10 +217,10 @@ class Model {
   /// (docs/cpu-performance.md, "Pieces of the batch"), e.g. "conv2d_1 -> flatten_2 -> dense_3
   /// in pieces of 16 rows"; empty where none does.
   std::vector<std::string> piece_runs() const;
-  /// The convolutions and max poolings whose forward a training step runs in one op, as
-  /// "conv -> pool in one op" (empty where keep_layer_outputs is on; docs/cpu-performance.md,
-  /// "The first convolution's forward with max pooling"). piece_runs() leaves out the runs they
-  /// replace.
+  /// The convolutions and max poolings whose forward a step (training or evaluation) runs in one
+  /// op, as "conv -> pool in one op" (empty where keep_layer_outputs is on;
+  /// docs/cpu-performance.md, "The first convolution's forward with max pooling"). piece_runs()
+  /// leaves out the runs they replace.
   std::vector<std::string> conv_pool_runs() const;
   /// True when the last layer has a softmax activation (handled by the loss).
   bool softmax_output() const;

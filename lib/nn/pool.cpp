@@ -73,9 +73,10 @@ class Pool : public Layer {
     return y_.at(x.shape[0]);
   }
 
-  // The convolution's forward in this layer's forward op, in a training step (Backend::conv_max_pool_forward;
-  // docs/cpu-performance.md, "The first convolution's forward with max pooling"): the backward then
-  // routes dy from the argmax and reads neither the convolution's output nor the relu's.
+  // The convolution's forward in this layer's forward op (Backend::conv_max_pool_forward;
+  // docs/cpu-performance.md, "The first convolution's forward with max pooling"): a training
+  // step's backward then routes dy from the argmax and reads neither the convolution's output nor
+  // the relu's; an evaluation keeps no argmax.
   bool takes_conv_forward(const Context& c, const Layer& conv) const override {
     const Conv2dParams* cp = conv.conv_forward_window();
     const Shape ci = conv.in_shape(), co = conv.out_shape();
@@ -85,12 +86,12 @@ class Pool : public Layer {
   Tensor forward_with_conv(Context& c, const Tensor& x, Layer& conv) override {
     const int64_t n = x.shape[0];
     MPX_CHECK(conv.conv_forward_window() && !argmax_.empty());
-    const Tensor y = y_.at(n), argmax = argmax_.at(n);
+    const Tensor y = y_.at(n), argmax = c.training ? argmax_.at(n) : Tensor();
     conv.conv_forward_args(c, n, [&](const Tensor& w, const Tensor& b, const Tensor& conv_y) {
       c.be->conv_max_pool_forward(*conv.conv_forward_window(), x, w, b, conv_y, p_, y, argmax);
       x_ = conv_y;  // its shape for the backward's checks; its contents are not read
     });
-    argmax_kept_ = true;
+    argmax_kept_ = c.training;
     conv.forward_rows_done(x);
     return y;
   }

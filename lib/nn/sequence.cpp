@@ -320,7 +320,7 @@ Tensor Sequence::forward(Context& c, const Tensor& x) {
   Tensor h = x;
   auto run = pieces_.begin();
   auto conv_pool = conv_pool_.begin();
-  const bool fused_fwd = c.training && !c.keep_outputs;  // the convolution's output is not read
+  const bool fused_fwd = !c.keep_outputs;  // the convolution's output is not read
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& s = steps_[i];
     if (!s.in_cast.empty()) {

@@ -56,9 +56,10 @@ bool dense_conv_backward(Context& ctx, const Tensor& x, const Tensor& dy, const 
                          const Tensor& db, const Conv2dParams& p, const Tensor& conv_x, const Tensor& conv_dw,
                          const Tensor& conv_db);
 /// Backend::conv_max_pool_forward: each window's rows of the convolution's relu output pooled as
-/// they are computed, where the pooling keeps its argmax (argmax given) and the convolution runs
-/// on the few-channel kernel (conv2d_forward_pooled); false: nothing done, run the ops one after
-/// the other. conv_max_pool_forward_fuses: whether it would, from the shapes (at plan time).
+/// they are computed, where the pooling runs the tiled kernels that can keep its argmax (written
+/// where given) and the convolution runs on the few-channel kernel (conv2d_forward_pooled); false:
+/// nothing done, run the ops one after the other. conv_max_pool_forward_fuses: whether it would,
+/// from the shapes (at plan time).
 bool conv_max_pool_forward(Context& ctx, const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
                            const Tensor& conv_y, const PoolParams& pp, const Tensor& y, const Tensor& argmax);
 bool conv_max_pool_forward_fuses(WinogradMode configured, const Conv2dParams& cp, const Shape& x, const Shape& w,

@@ -241,7 +241,7 @@ struct PoolSink {
   using RowFn = void (*)(const TiledGeo&, const void*, void*, uint8_t*, DType);
   TiledGeo row;  // one output row's geometry: N = P = 1, H = R
   char* y;
-  uint8_t* argmax;
+  uint8_t* argmax;  // null: no window positions (an evaluation's forward)
   int64_t y_row_bytes, argmax_row;
   DType dt;
   RowFn fn;
@@ -250,7 +250,7 @@ struct PoolSink {
 /// FwdPoolRows::take: output row `row` (image row / P, its row row % P) from its R input rows.
 void pool_rows(const void* ctx, int64_t row, const void* src) {
   const auto& k = *static_cast<const PoolSink*>(ctx);
-  k.fn(k.row, src, k.y + row * k.y_row_bytes, k.argmax + row * k.argmax_row, k.dt);
+  k.fn(k.row, src, k.y + row * k.y_row_bytes, k.argmax ? k.argmax + row * k.argmax_row : nullptr, k.dt);
 }
 
 }  // namespace
@@ -262,18 +262,18 @@ bool conv_max_pool_forward_fuses(WinogradMode configured, const Conv2dParams& cp
 
 bool conv_max_pool_forward(Context& ctx, const Conv2dParams& cp, const Tensor& x, const Tensor& w, const Tensor& bias,
                            const Tensor& conv_y, const PoolParams& pp, const Tensor& y, const Tensor& argmax) {
-  if (argmax.empty() || !max_pool_keeps_argmax(pp, conv_y.shape)) return false;
+  if (!max_pool_keeps_argmax(pp, conv_y.shape)) return false;  // the tiled kernels' windows
   const PGeo g = pool_geometry(pp, conv_y.shape);
   const PoolIsa isa = pool_isa();
   const PoolSink k{{1, g.R, g.W, g.C, 1, g.Q, g.R, g.S},
                    static_cast<char*>(y.data),
-                   static_cast<uint8_t*>(argmax.data),
+                   argmax.empty() ? nullptr : static_cast<uint8_t*>(argmax.data),
                    g.Q * g.C * static_cast<int64_t>(dtype_size(y.dtype)),
                    g.Q * g.C,
                    y.dtype,
-                   isa == PoolIsa::Avx512 ? &avx512::tiled_max_forward_argmax_row
-                   : isa == PoolIsa::Avx2 ? &avx2::tiled_max_forward_argmax_row
-                                          : &base::tiled_max_forward_argmax_row};
+                   isa == PoolIsa::Avx512 ? &avx512::tiled_max_forward_row
+                   : isa == PoolIsa::Avx2 ? &avx2::tiled_max_forward_row
+                                          : &base::tiled_max_forward_row};
   return conv2d_forward_pooled(ctx, cp, x, w, bias, conv_y, FwdPoolRows{&pool_rows, &k, g.P, g.R});
 }
 

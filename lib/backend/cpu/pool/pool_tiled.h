@@ -31,9 +31,9 @@ constexpr int64_t kGapRows = 32;
   /** The backward from the forward's argmax and y (relu: dy passes only where y > 0). */                \
   void tiled_max_backward_argmax(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy,  \
                                  void* dx, bool relu, DType t);                                            \
-  /** One output row of tiled_max_forward with its argmax: its R input rows at x (W x C elements */      \
-  /** each), its Q outputs at y and argmax (the same values and positions as the whole forward's). */   \
-  void tiled_max_forward_argmax_row(const TiledGeo& g, const void* x, void* y, uint8_t* argmax, DType t);  \
+  /** One output row of tiled_max_forward: its R input rows at x (W x C elements each), its Q */        \
+  /** outputs at y and, when not null, argmax (the same values and positions as the whole forward's). */ \
+  void tiled_max_forward_row(const TiledGeo& g, const void* x, void* y, uint8_t* argmax, DType t);         \
   /** Row h of image n of tiled_max_backward_argmax's dx (W x C elements at dx). */                      \
   void tiled_max_backward_argmax_row(const TiledGeo& g, const void* y, const uint8_t* argmax, const void* dy, \
                                      void* dx, int64_t n, int64_t h, bool relu, DType t);                 \
