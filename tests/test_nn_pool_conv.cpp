@@ -62,13 +62,9 @@ Result run(Policy policy, bool fuse, int64_t n, bool freeze_conv = false, bool k
   r.grads = support::image_step_grads(m, *be, n, kH, kW, kC, kClasses);
   if (tensors) *tensors = m.layer_tensors();
   {
-    std::vector<uint8_t> xh(static_cast<size_t>(n * kH * kW * kC));
-    for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * 53 + i / 5) % 256);
-    Buffer xb = be->alloc(xh.size(), "test input");
-    const Tensor x = xb.view(DType::U8, Shape{n, kH, kW, kC});
-    be->upload(x, xh.data());
-    r.train_logits = support::download_f32(*be, m.forward(x, true, 7, 4));
-    r.eval_logits = support::download_f32(*be, m.forward(x, false));
+    const support::FixedImages in = support::fixed_images(*be, n, kH, kW, kC, 53, 5);
+    r.train_logits = support::download_f32(*be, m.forward(in.x, true, 7, 4));
+    r.eval_logits = support::download_f32(*be, m.forward(in.x, false));
     r.eval_conv_out = !m.layer_tensors().front().output.empty();
   }
   r.pieces = m.piece_runs();

@@ -41,20 +41,33 @@ inline std::vector<float> random_vec(size_t n, uint64_t seed, double lo = -1.0, 
   return v;
 }
 
+/// n uint8 images of h x w x c on the backend, byte i being (i * mul + i / div) % 256: inputs
+/// that every run of a test rebuilds alike.
+struct FixedImages {
+  mpx::Buffer buf;
+  mpx::Tensor x;
+};
+inline FixedImages fixed_images(mpx::Backend& be, int64_t n, int64_t h, int64_t w, int64_t c, size_t mul = 37,
+                                size_t div = 7) {
+  std::vector<uint8_t> xh(static_cast<size_t>(n * h * w * c));
+  for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * mul + i / div) % 256);
+  FixedImages f{be.alloc(xh.size(), "test input"), {}};
+  f.x = f.buf.view(mpx::DType::U8, mpx::Shape{n, h, w, c});
+  be.upload(f.x, xh.data());
+  return f;
+}
+
 /// The gradients (m.grads(), widened) of one training step of m on n images of h x w x c fixed
-/// bytes, with a random projection of the logits as their gradient: forward (dropout seed 7,
-/// step 3), then backward.
+/// bytes (fixed_images' defaults), with a random projection of the logits as their gradient:
+/// forward (dropout seed 7, step 3), then backward.
 inline std::vector<float> image_step_grads(mpx::Model& m, mpx::Backend& be, int64_t n, int64_t h, int64_t w,
                                            int64_t c, int64_t classes) {
-  std::vector<uint8_t> xh(static_cast<size_t>(n * h * w * c));
-  for (size_t i = 0; i < xh.size(); ++i) xh[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  const FixedImages in = fixed_images(be, n, h, w, c);
   const std::vector<float> ph = random_vec(static_cast<size_t>(n * classes), 4);
-  mpx::Buffer xb = be.alloc(xh.size(), "test input"), pb = be.alloc(ph.size() * 4, "test projection");
-  const mpx::Tensor x = xb.view(mpx::DType::U8, mpx::Shape{n, h, w, c});
+  mpx::Buffer pb = be.alloc(ph.size() * 4, "test projection");
   const mpx::Tensor proj = pb.view(mpx::DType::F32, mpx::Shape{n, classes});
-  be.upload(x, xh.data());
   be.upload(proj, ph.data());
-  m.forward(x, true, 7, 3);
+  m.forward(in.x, true, 7, 3);
   m.backward(proj);
   return download_f32(be, m.grads());
 }
