@@ -8,7 +8,7 @@
 
 #include <stdexcept>
 
-#include "nn/layer.h"
+#include "nn/sequence.h"
 
 namespace mpx::nn {
 

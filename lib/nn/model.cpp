@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/fnv1a.h"
 #include "core/rng.h"
-#include "nn/layer.h"
+#include "nn/sequence.h"
 
 namespace mpx {
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "core/env.h"
-#include "nn/layer.h"
+#include "nn/sequence.h"
 
 namespace mpx::nn {
 

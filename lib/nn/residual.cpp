@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "nn/layer.h"
+#include "nn/sequence.h"
 
 namespace mpx::nn {
 

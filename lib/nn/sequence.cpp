@@ -8,7 +8,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
-#include "nn/layer.h"
+#include "nn/sequence.h"
 
 namespace mpx::nn {
 
