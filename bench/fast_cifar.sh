@@ -76,7 +76,8 @@ export OMP_NUM_THREADS=$THREADS
 mkdir -p "$OUT"
 
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores," \
-     "flags: $(grep -m1 -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+     "flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|fma|f16c|avx512f|avx512_bf16|avx512_fp16|amx_bf16' |
+               tr '\n' ' ')"
 "$MPX" devices 2>/dev/null | sed 's/^/  /' || true
 ceiling=$("$CEILING" 2048 10)
 echo "float32 GEMM ceiling: $ceiling"
@@ -187,8 +188,8 @@ print(f"\nfloat32 GEMM ceiling {ceiling_gflops:.0f} GFLOP/s; training {train_flo
       "to final s: from the first step to the end of the final evaluation (mpx: summary.json's seconds_from_first_step)")
 for policy, v in by_policy.items():
     accs = [a for a, _, _, _ in v]
-    sd = statistics.stdev(accs) if len(accs) > 1 else float("nan")
-    print(f"{policy}: {len(v)} seeds, lossless mean {100 * statistics.mean(accs):.2f}% (sd {100 * sd:.2f} pp, "
+    sd = f"sd {100 * statistics.stdev(accs):.2f} pp" if len(accs) > 1 else "sd n/a with one seed"
+    print(f"{policy}: {len(v)} seed{'s' if len(v) > 1 else ''}, lossless mean {100 * statistics.mean(accs):.2f}% ({sd}, "
           f"min {100 * min(accs):.2f}, max {100 * max(accs):.2f}), jpeg 10k mean "
           f"{100 * statistics.mean(j for _, j, _, _ in v):.2f}%, time mean {statistics.mean(w for _, _, w, _ in v):.0f} s, "
           f"FLOP/s over the ceiling {statistics.mean(r for _, _, _, r in v):.2f}x")
