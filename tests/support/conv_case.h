@@ -41,6 +41,7 @@ inline std::vector<ConvCase> few_channel_cases() {
       {"3x3, asymmetric padding, C=4, K=64", 1, 6, 9, 4, 64, 3, 3, 2, 0, 1, 2},
       {"a tall image: many rows per thread, C=1, K=16", 1, 70, 5, 1, 16, 3, 3, 1, 1, 1, 1},
       {"a single output column, C=1, K=16", 2, 6, 3, 1, 16, 3, 3, 0, 0, 0, 0},
+      {"3x3 same, C=1, K=64: the unrolled one-channel taps, 64 filters", 2, 8, 7, 1, 64, 3, 3, 1, 1, 1, 1},
   };
 }
 
