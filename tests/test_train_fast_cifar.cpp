@@ -5,7 +5,9 @@
 // from explicitly padded images, the patch-whitening layer against patch_whitening(), batch
 // norm without a scale against a frozen gamma, the time-to-target record in summary.json and
 // metrics.jsonl, and a short training of the recipe's shape on the CIFAR-10 subset that must
-// pass a floor and resume bit-exactly mid-epoch with everything on.
+// pass a floor and resume bit-exactly mid-epoch with everything on ([recipe]: hidden from the
+// default run of this executable, near a minute on 2 CPU cores; CTest runs it as its own test,
+// fast_cifar_recipe_e2e, with the slow ones).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -418,7 +420,7 @@ TEST_CASE("batch norm with scale: false trains as a gamma frozen at 1 (the same 
 // ---- time to target, and the recipe's shape end to end ---------------------------------------
 
 TEST_CASE("the recipe's shape on the CIFAR-10 subset: a floor, the time to target, and a bit-exact resume mid-epoch",
-          "[train][fast_cifar]") {
+          "[train][fast_cifar][recipe][.]") {
   const fs::path d = support::temp_dir("mpx_test_fast_cifar", "recipe");
   const Config two = parse(recipe_yaml(3), {"train.target_accuracy=0.3"});
   const TrainResult a = train(two, support::options(d / "straight"));
